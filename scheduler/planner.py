@@ -1,0 +1,214 @@
+"""The step planner: which decodes and prefill shards the next model step carries.
+
+Each step is packed under two budgets, `max_batch_tokens` and `max_batch_seqs`. Under the `o4` policy the
+order is: pressing realtime decodes, other running decodes, then prefill shards by (aged) class and
+deadline. A realtime request is *pressing* when its deadline (the time its caller's buffered audio runs
+out, or its time-to-first-audio deadline) is within `pressing_window_s`. Waiting requests climb one class
+per `aging_s` they wait, so batch work never starves. When pages run out, lower-priority work is preempted
+(its pages released, to be recomputed later, mostly from the prefix cache); a pressing realtime request
+never is.
+
+`fcfs` is continuous batching without classes (running first, then waiting, by arrival; chunks as large as
+the budget allows); `static` runs fixed batches that wait for their longest member.
+"""
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from scheduler.config import EngineConfig
+from scheduler.kv_pool import PoolExhausted, SlabPool
+from scheduler.request import RequestClass, Sequence, Status
+
+
+@dataclass(slots=True)
+class Chunk:
+    """One sequence's share of a step: tokens [start, start + n) go through the model."""
+
+    seq: Sequence
+    start: int
+    n: int
+
+    @property
+    def samples(self) -> bool:
+        return self.start + self.n == self.seq.num_tokens
+
+    @property
+    def kind(self) -> str:
+        return "decode" if self.n == 1 and self.seq.output_ids else "prefill"
+
+
+@dataclass(slots=True)
+class StepPlan:
+    chunks: list[Chunk] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.n for c in self.chunks)
+
+
+class StepPlanner:
+    def __init__(self, config: EngineConfig, pool: SlabPool):
+        self.config, self.pool = config, pool
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.output_lengths: deque[int] = deque(maxlen=256)
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    # -- priorities ------------------------------------------------------------------------------------
+    def pressing(self, seq: Sequence, now: float) -> bool:
+        return (seq.cls is RequestClass.REALTIME and seq.deadline is not None
+                and seq.deadline - now <= self.config.pressing_window_s)
+
+    def effective_class(self, seq: Sequence, now: float) -> int:
+        return max(0, int(seq.cls) - int((now - seq.arrival) / self.config.aging_s))
+
+    def _priority(self, seq: Sequence, now: float) -> tuple:
+        if self.config.policy != "o4":
+            return (seq.status is not Status.RUNNING, seq.arrival)
+        decoding = seq.status is Status.RUNNING and seq.remaining_prefill == 1
+        tier = 0 if decoding and self.pressing(seq, now) else 1 if decoding else 2
+        deadline = seq.deadline if seq.deadline is not None else math.inf
+        return (tier, self.effective_class(seq, now), deadline, seq.arrival)
+
+    def predicted_output(self, seq: Sequence) -> int:
+        """Growth to expect: the p95 of observed output lengths, capped by the request's own limit."""
+        if len(self.output_lengths) >= 8:
+            ranked = sorted(self.output_lengths)
+            guess = ranked[min(len(ranked) - 1, int(0.95 * len(ranked)))]
+        else:
+            guess = self.config.default_output_guess
+        return min(seq.params.max_tokens - len(seq.output_ids), guess)
+
+    # -- planning --------------------------------------------------------------------------------------
+    def plan(self, now: float | None = None) -> StepPlan:
+        now = time.monotonic() if now is None else now
+        if self.config.policy == "static":
+            return self._plan_static()
+        plan = StepPlan()
+        tokens_left, seqs_left = self.config.max_batch_tokens, self.config.max_batch_seqs
+        planned: set[int] = set()
+        for seq in sorted(self.running + self.waiting, key=lambda s: self._priority(s, now)):
+            if tokens_left <= 0 or seqs_left <= 0:
+                break
+            if seq in plan.preempted or (seq.status is Status.WAITING and not self._admit(seq)):
+                continue
+            n = min(seq.remaining_prefill, tokens_left)
+            if self.config.policy == "o4":
+                n = min(n, self.config.shard_tokens)
+            if not self._grow(seq, n, plan, planned, now):
+                continue
+            plan.chunks.append(Chunk(seq, seq.num_cached, n))
+            planned.add(id(seq))
+            tokens_left -= n
+            seqs_left -= 1
+        return plan
+
+    def _admit(self, seq: Sequence) -> bool:
+        """Start a waiting request if the pool can hold its prompt and its predicted output.
+
+        Cached pages holding a prefix of its tokens (an earlier turn of the same call, a shared system
+        prompt, or its own tokens before a preemption) are taken over instead of recomputed.
+        """
+        pool = self.pool
+        seq.pages = pool.match_prefix(seq.tokens)
+        seq.num_cached = len(seq.pages) * pool.page_tokens
+        growth = pool.pages_for(seq.num_tokens + self.predicted_output(seq)) - len(seq.pages)
+        if not pool.can_allocate(growth):
+            pool.release(seq.pages, int(seq.cls))
+            seq.pages, seq.num_cached = [], 0
+            return False
+        self.waiting.remove(seq)
+        self.running.append(seq)
+        seq.status = Status.RUNNING
+        return True
+
+    def _grow(self, seq: Sequence, n: int, plan: StepPlan, planned: set[int], now: float) -> bool:
+        """Make seq's pages cover n more tokens, preempting lower-priority work if memory runs out.
+
+        Only a realtime decode may dip into the reserve.
+        """
+        pool = self.pool
+        need = pool.pages_for(seq.num_cached + n) - len(seq.pages)
+        use_reserve = seq.cls is RequestClass.REALTIME and seq.remaining_prefill == 1
+        while not pool.can_allocate(need, use_reserve):
+            if pool.unpin_oldest():
+                continue
+            victim = self._victim(seq, planned, now)
+            if victim is None:
+                return False
+            self.preempt(victim)
+            plan.preempted.append(victim)
+        seq.pages += pool.allocate(need, use_reserve)
+        return True
+
+    def _victim(self, seq: Sequence, planned: set[int], now: float) -> Sequence | None:
+        """The lowest-priority running sequence below seq that is not in this step; never a pressing one."""
+        mine = self._priority(seq, now)
+        candidates = [s for s in self.running if id(s) not in planned and s is not seq
+                      and not self.pressing(s, now) and self._priority(s, now)[1:] > mine[1:]]
+        return max(candidates, key=lambda s: self._priority(s, now)[1:], default=None)
+
+    def preempt(self, seq: Sequence) -> None:
+        """Recompute later: give back the pages (full ones stay cached), keep the tokens and the class."""
+        self.pool.register(seq.pages, seq.tokens[:seq.num_cached])
+        self.pool.release(seq.pages, int(seq.cls))
+        seq.pages, seq.num_cached = [], 0
+        seq.status = Status.WAITING
+        seq.preemptions += 1
+        self.running.remove(seq)
+        self.waiting.append(seq)
+
+    def _plan_static(self) -> StepPlan:
+        """A fixed batch: admitted together, prefilled whole, decoded until its longest member ends."""
+        plan = StepPlan()
+        if not self.running:
+            batch = sorted(self.waiting, key=lambda s: s.arrival)[:self.config.static_batch_size]
+            for seq in batch:
+                if not self._admit(seq):
+                    break
+        for seq in self.running:
+            if not self._grow(seq, seq.remaining_prefill, plan, set(), 0.0):
+                raise PoolExhausted("a static batch outgrew the KV pool: lower static_batch_size")
+            plan.chunks.append(Chunk(seq, seq.num_cached, seq.remaining_prefill))
+        return plan
+
+    # -- after the step --------------------------------------------------------------------------------
+    def advance(self, chunk: Chunk) -> None:
+        """Account for a chunk that went through the model; full pages become findable."""
+        seq = chunk.seq
+        seq.num_cached = chunk.start + chunk.n
+        self.pool.register(seq.pages, seq.tokens[:seq.num_cached])
+
+    def finish(self, seq: Sequence) -> None:
+        """Release a finished sequence (a static batch keeps it as padding until the batch ends)."""
+        seq.status = Status.FINISHED
+        self.output_lengths.append(len(seq.output_ids))
+        if self.config.policy == "static" and any(s.status is Status.RUNNING for s in self.running):
+            return
+        for member in list(self.running):
+            if member.status is Status.FINISHED or member is seq:
+                self._release(member)
+
+    def _release(self, seq: Sequence) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        if seq.session is not None and seq.num_cached:
+            self.pool.register(seq.pages, seq.tokens[:seq.num_cached])
+            self.pool.pin(seq.session, seq.pages[:seq.num_cached // self.pool.page_tokens], int(seq.cls))
+        self.pool.release(seq.pages, int(seq.cls))
+        seq.pages = []
+
+    def abort(self, seq: Sequence) -> None:
+        seq.status = Status.FINISHED
+        self._release(seq)

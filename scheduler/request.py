@@ -1,0 +1,89 @@
+"""Requests, their classes and sampling settings, and the per-sequence state the scheduler moves."""
+
+import asyncio
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+
+
+class RequestClass(enum.IntEnum):
+    """Lower value is served first."""
+
+    REALTIME = 0
+    INTERACTIVE = 1
+    BATCH = 2
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"  # not admitted, or preempted: holds no pages
+    RUNNING = "running"  # admitted: prefilling shard by shard, then decoding
+    FINISHED = "finished"
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    max_tokens: int = 128
+    temperature: float = 0.0  # 0 is greedy
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    seed: int | None = None
+
+
+@dataclass(slots=True)
+class Output:
+    """One streamed piece of a request's answer."""
+
+    token_id: int | None
+    text: str
+    finished: bool = False
+    finish_reason: str | None = None
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Sequence:
+    """A request as the scheduler sees it: tokens, how many are in the KV cache, and its pages.
+
+    Like vLLM v1 there is no prefill or decode phase flag: a sequence whose cached tokens lag its tokens by
+    more than one is prefilling (a shard per step), otherwise the next step decodes it.
+    """
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    cls: RequestClass = RequestClass.INTERACTIVE
+    deadline: float | None = None
+    session: str | None = None
+    request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
+    arrival: float = field(default_factory=time.monotonic)
+    output_ids: list[int] = field(default_factory=list)
+    num_cached: int = 0  # tokens whose K/V are in the cache
+    pages: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    finish_reason: str | None = None
+    preemptions: int = 0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    text: str = ""
+    outbox: asyncio.Queue | None = None
+    padding: bool = False  # a finished member still occupying a static batch
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def remaining_prefill(self) -> int:
+        """Tokens still to be put through the model before the next one can be sampled."""
+        return self.num_tokens - self.num_cached
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.status is Status.RUNNING and self.remaining_prefill == 1 and bool(self.output_ids)
