@@ -46,18 +46,18 @@ def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     row_valid = rows[None, :] < q_lens[:, None]  # [S, max_q]
     q_pos = kv_lens[:, None] - q_lens[:, None] + rows[None, :]  # [S, max_q]
     kv_pos = torch.arange(max_kv, device=q.device)
-    mask = (kv_pos[None, None, :] <= q_pos[:, :, None]) & (kv_pos[None, None, :] < kv_lens[:, None, None])
+    kv_valid = kv_pos[None, :] < kv_lens[:, None]  # [S, max_kv]
+    # Slots past kv_len (unwritten page tails, other sequences' pages) may hold anything, NaN included, and
+    # a NaN score or a zero probability times a NaN value stays NaN through any mask: zero them instead.
+    keys = keys.masked_fill(~kv_valid[:, :, None, None], 0.0)
+    values = values.masked_fill(~kv_valid[:, :, None, None], 0.0)
+    mask = (kv_pos[None, None, :] <= q_pos[:, :, None]) & kv_valid[:, None, :]
     mask &= row_valid[:, :, None]
 
     flat_index = (cu_q_lens[:-1].long()[:, None] + rows[None, :]).clamp(max=q.shape[0] - 1)
-    q_pad = q[flat_index]  # [S, max_q, H, D]
-
-    group = n_heads // n_kv
-    qh = q_pad.permute(0, 2, 1, 3)  # [S, H, max_q, D]
-    kh = keys.permute(0, 2, 1, 3).repeat_interleave(group, dim=1)
-    vh = values.permute(0, 2, 1, 3).repeat_interleave(group, dim=1)
-    scores = torch.matmul(qh, kh.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~mask[:, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    out = torch.matmul(probs, vh).permute(0, 2, 1, 3)  # [S, max_q, H, D]
-    return out[row_valid]
+    q_pad = q[flat_index].transpose(1, 2)  # [S, H, max_q, D]
+    # Grouped-query attention without copying keys per head; rows of padding come out as NaN and are dropped.
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q_pad, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask[:, None], scale=scale,
+        enable_gqa=n_heads != n_kv)
+    return out.transpose(1, 2)[row_valid]

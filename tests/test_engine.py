@@ -1,0 +1,165 @@
+"""The engine against transformers' own generate: exact greedy tokens, whatever the batching; no leaks."""
+
+import asyncio
+import time
+
+import pytest
+import torch
+
+from scheduler import Engine, EngineConfig, RequestClass, SamplingParams, Sequence
+from voicepipe.stages.base import chat_prompt_ids
+
+QUESTIONS = [
+    "What is the capital of France?", "Name three colors.", "What is 2+2?", "Tell me a joke.",
+    "Why is the sky blue?", "Write a haiku about rain.", "Who wrote Hamlet?", "How do I boil an egg?",
+    "What is a prime number?", "Give me a tip for sleeping well.", "Translate 'hello' to Spanish.",
+    "What does a cat eat?", "Summarize the water cycle.", "What is the speed of light?",
+    "Describe a sunset in one sentence.", "List two planets.",
+]
+STORY = ("The old lighthouse keeper climbed the stairs every evening, counting each step, listening to the "
+         "waves below and thinking about the ships that had passed in the night. ")
+MAX_TOKENS = 20
+SLAB_4_PAGES = 4 * 16 * 2 * 3 * 64 * 4  # four 16-token pages of one SmolLM2 layer's K and V
+
+
+@pytest.fixture(scope="module")
+def prompts(llm):
+    _, tokenizer = llm
+    out = []
+    for i, q in enumerate(QUESTIONS):
+        text = STORY * (i % 5) + q  # 30 to 250 tokens
+        messages = [{"role": "system", "content": "Be brief."}] if i % 2 else []
+        out.append(chat_prompt_ids(tokenizer, messages + [{"role": "user", "content": text}]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(llm, prompts):
+    model, _ = llm
+    answers = []
+    for ids in prompts:
+        out = model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False)
+        answers.append(out[0, len(ids):].tolist())
+    return answers
+
+
+def run_all(engine: Engine, prompts: list[list[int]]) -> list[Sequence]:
+    seqs = [engine.add_request(Sequence(p, SamplingParams(max_tokens=MAX_TOKENS))) for p in prompts]
+    while engine.step():
+        engine.check_pool()
+    return seqs
+
+
+def trim_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    return tokens[:next((i + 1 for i, t in enumerate(tokens) if t in eos), len(tokens))]
+
+
+@pytest.mark.parametrize("shard_tokens", [16, 64])
+@pytest.mark.parametrize("page_tokens", [16, 32])
+def test_greedy_tokens_match_transformers_generate(llm, prompts, reference, shard_tokens, page_tokens):
+    engine = Engine(*llm, EngineConfig(shard_tokens=shard_tokens, page_tokens=page_tokens, num_slabs=4,
+                                       max_batch_tokens=128, max_batch_seqs=16))
+    seqs = run_all(engine, prompts)
+    for seq, ref in zip(seqs, reference, strict=True):
+        assert seq.output_ids == trim_eos(ref, engine.eos_ids)
+    assert engine.pool.num_used == len(engine.pool.lru)  # only cached prefix pages stay
+
+
+def test_greedy_tokens_match_with_compaction_during_the_run(llm, prompts, reference):
+    engine = Engine(*llm, EngineConfig(slab_bytes=SLAB_4_PAGES, num_slabs=80, compact_threshold=0.0,
+                                       max_batch_tokens=160, max_batch_seqs=6))
+    seqs = run_all(engine, prompts)
+    assert engine.metrics.compactions._value.get() > 0
+    for seq, ref in zip(seqs, reference, strict=True):
+        assert seq.output_ids == trim_eos(ref, engine.eos_ids)
+
+
+def test_greedy_tokens_match_with_preemption_in_a_tiny_pool(llm, prompts, reference):
+    engine = Engine(*llm, EngineConfig(slab_bytes=SLAB_4_PAGES, num_slabs=7, default_output_guess=1,
+                                       max_batch_tokens=256, max_batch_seqs=16))
+    seqs = run_all(engine, prompts)
+    assert sum(s.preemptions for s in seqs) > 0
+    for seq, ref in zip(seqs, reference, strict=True):
+        assert seq.output_ids == trim_eos(ref, engine.eos_ids)
+
+
+def test_fcfs_and_static_policies_give_the_same_tokens(llm, prompts, reference):
+    for policy in ("fcfs", "static"):
+        engine = Engine(*llm, EngineConfig(policy=policy, num_slabs=4, static_batch_size=8))
+        seqs = run_all(engine, prompts[:8])
+        for seq, ref in zip(seqs, reference, strict=False):
+            assert seq.output_ids[:len(trim_eos(ref, engine.eos_ids))] == trim_eos(ref, engine.eos_ids)
+        assert engine.pool.num_used == len(engine.pool.lru)
+
+
+def test_aborting_mid_prefill_and_mid_decode_frees_every_page(llm, prompts):
+    engine = Engine(*llm, EngineConfig(shard_tokens=16, num_slabs=4))
+    long, short = engine.add_request(Sequence(prompts[4], SamplingParams(max_tokens=50))), None
+    engine.step()  # one shard of the long prompt is in
+    assert 0 < long.num_cached < len(long.prompt_ids)
+    engine.abort(long.request_id)
+    short = engine.add_request(Sequence(prompts[1], SamplingParams(max_tokens=50, ignore_eos=True)))
+    while len(short.output_ids) < 3:
+        engine.step()
+    engine.abort(short.request_id)
+    assert not engine.step()
+    engine.check_pool()
+    assert all(r == 0 for r in engine.pool.refs)
+    assert engine.pool.num_used == len(engine.pool.lru)
+
+
+def test_a_session_keeps_its_conversation_prefix_for_the_next_turn(llm):
+    model, tokenizer = llm
+    engine = Engine(model, tokenizer, EngineConfig(num_slabs=4))
+    turn1 = [{"role": "user", "content": STORY + "What did the keeper count?"}]
+    first = engine.add_request(Sequence(chat_prompt_ids(tokenizer, turn1), SamplingParams(max_tokens=12),
+                                        RequestClass.REALTIME, session="call-1"))
+    while engine.step():
+        pass
+    pinned = engine.pool.pins["call-1"][0]
+    assert pinned and all(engine.pool.refs[p] == 1 for p in pinned)
+    turn2 = turn1 + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Why?"}]
+    second = engine.add_request(Sequence(chat_prompt_ids(tokenizer, turn2), SamplingParams(max_tokens=4),
+                                         RequestClass.REALTIME, session="call-1"))
+    engine.step()
+    assert second.pages[:len(pinned) - 1] == pinned[:len(pinned) - 1]  # reused, not recomputed
+    while engine.step():
+        pass
+    engine.release_session("call-1")
+    engine.check_pool()
+    assert "call-1" not in engine.pool.pins and all(r == 0 for r in engine.pool.refs)
+
+
+async def test_async_generate_streams_text_and_jobs_run_by_priority(llm, prompts):
+    engine = Engine(*llm, EngineConfig(num_slabs=4))
+    engine.start()
+    try:
+        order: list[str] = []
+        slow = [engine.run_job(lambda: order.append("batch"), RequestClass.BATCH, kind="test") for _ in range(2)]
+        urgent = engine.run_job(lambda: order.append("realtime") or 42, RequestClass.REALTIME,
+                                deadline=time.monotonic(), kind="test")
+        pieces = [out async for out in engine.generate(prompts[0], SamplingParams(max_tokens=12))]
+        results = await asyncio.gather(*slow, urgent)
+        assert results[-1] == 42 and order.count("batch") == 2
+        assert pieces[-1].finished and "".join(p.text for p in pieces).strip()
+        with pytest.raises(ZeroDivisionError):
+            await engine.run_job(lambda: 1 / 0)
+        stream = engine.generate(prompts[1], SamplingParams(max_tokens=200, ignore_eos=True))
+        async for _ in stream:
+            break
+        await stream.aclose()  # leaving early aborts the request
+        await asyncio.sleep(0.3)
+        assert not engine.requests
+        engine.check_pool()
+    finally:
+        engine.stop()
+
+
+def test_knobs_are_validated_and_applied(llm):
+    engine = Engine(*llm, EngineConfig(num_slabs=1))
+    engine.update_config(max_batch_tokens=64, max_batch_seqs=3)
+    assert (engine.config.max_batch_tokens, engine.config.max_batch_seqs) == (64, 3)
+    for bad in ({"max_batch_tokens": 0}, {"max_batch_seqs": "8"}, {"shard_tokens": 8}, {"max_batch_seqs": True}):
+        with pytest.raises(ValueError):
+            engine.update_config(**bad)
+    assert (engine.config.max_batch_tokens, engine.config.max_batch_seqs) == (64, 3)

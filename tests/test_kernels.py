@@ -1,0 +1,221 @@
+"""Paged attention: the reference against a naive loop, the Triton kernel (interpreted) against the reference.
+
+Layouts are random: pages are a random permutation of the pool, unused block-table slots are -1, and every
+cache slot no sequence owns (spare pages, page tails past kv_len) holds NaN, so reading one shows up.
+"""
+
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import paged_attention_reference, write_kv
+
+
+@dataclass
+class Case:
+    q: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    block_tables: torch.Tensor
+    cu_q_lens: torch.Tensor
+    kv_lens: torch.Tensor
+    scale: float
+
+    def args(self) -> tuple:
+        return self.q, self.k_cache, self.v_cache, self.block_tables, self.cu_q_lens, self.kv_lens, self.scale
+
+
+def make_case(q_lens: list[int], kv_lens: list[int], page_tokens: int, n_heads: int, n_kv: int,
+              head_dim: int, seed: int, spare_pages: int = 3) -> Case:
+    """Scatter each sequence's pages randomly over a pool and poison every slot nobody owns."""
+    gen = torch.Generator().manual_seed(seed)
+    pages = [math.ceil(n / page_tokens) for n in kv_lens]
+    n_pool = sum(pages) + spare_pages
+    order = torch.randperm(n_pool, generator=gen)
+    tables = torch.full((len(kv_lens), max(pages, default=0) + 1), -1, dtype=torch.int32)
+    k_cache = torch.full((n_pool, page_tokens, n_kv, head_dim), float("nan"))
+    v_cache = torch.full_like(k_cache, float("nan"))
+    used = 0
+    for s, (n_pages, kv_len) in enumerate(zip(pages, kv_lens, strict=True)):
+        ids = order[used:used + n_pages]
+        used += n_pages
+        tables[s, :n_pages] = ids.to(torch.int32)
+        pos = torch.arange(kv_len)
+        k_cache[ids[pos // page_tokens], pos % page_tokens] = torch.randn(kv_len, n_kv, head_dim, generator=gen)
+        v_cache[ids[pos // page_tokens], pos % page_tokens] = torch.randn(kv_len, n_kv, head_dim, generator=gen)
+    q = torch.randn(sum(q_lens), n_heads, head_dim, generator=gen)
+    cu = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    return Case(q, k_cache, v_cache, tables, cu, torch.tensor(kv_lens, dtype=torch.int32), head_dim ** -0.5)
+
+
+def random_lengths(kind: str, n_seqs: int, seed: int) -> tuple[list[int], list[int]]:
+    """(q_lens, kv_lens) for all decodes, all prefill shards (some with no cached context) or a mix."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(lo: int, hi: int) -> int:
+        return int(torch.randint(lo, hi + 1, (1,), generator=gen))
+
+    q_lens, kv_lens = [], []
+    for i in range(n_seqs):
+        decode = kind == "decode" or (kind == "mixed" and i % 2 == 0)
+        q_len = 1 if decode else rand(2, 40)
+        context = rand(0, 70) if decode or i % 3 else 0
+        q_lens.append(q_len)
+        kv_lens.append(context + q_len)
+    return q_lens, kv_lens
+
+
+def naive_attention(case: Case) -> torch.Tensor:
+    """Per sequence and head: gather keys position by position, dense causal softmax in float64."""
+    n_heads, page_tokens, n_kv = case.q.shape[1], case.k_cache.shape[1], case.k_cache.shape[2]
+    group = n_heads // n_kv
+    outs = []
+    for s in range(case.kv_lens.shape[0]):
+        q_lo, q_hi, kv_len = int(case.cu_q_lens[s]), int(case.cu_q_lens[s + 1]), int(case.kv_lens[s])
+        pages = [int(case.block_tables[s, pos // page_tokens]) for pos in range(kv_len)]
+        slots = [pos % page_tokens for pos in range(kv_len)]
+        keys = case.k_cache[pages, slots].double()  # [kv_len, Hkv, D]
+        values = case.v_cache[pages, slots].double()
+        q = case.q[q_lo:q_hi].double()
+        q_len = q_hi - q_lo
+        causal = torch.arange(kv_len)[None, :] <= (kv_len - q_len + torch.arange(q_len))[:, None]
+        out = torch.empty(q_len, n_heads, q.shape[-1], dtype=torch.float64)
+        for h in range(n_heads):
+            scores = (q[:, h] @ keys[:, h // group].T) * case.scale
+            probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+            out[:, h] = probs @ values[:, h // group]
+        outs.append(out)
+    return torch.cat(outs).float()
+
+
+# -- the reference ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["decode", "prefill", "mixed"])
+@pytest.mark.parametrize("page_tokens", [16, 32])
+@pytest.mark.parametrize(("n_heads", "n_kv", "head_dim"), [(9, 3, 64), (4, 4, 32), (8, 2, 128)])
+def test_reference_matches_naive_loop(kind: str, page_tokens: int, n_heads: int, n_kv: int, head_dim: int):
+    for seed in range(2):
+        q_lens, kv_lens = random_lengths(kind, n_seqs=5, seed=seed)
+        case = make_case(q_lens, kv_lens, page_tokens, n_heads, n_kv, head_dim, seed=seed)
+        out = paged_attention_reference(*case.args())
+        assert out.shape == case.q.shape
+        torch.testing.assert_close(out, naive_attention(case), rtol=1e-4, atol=1e-5)
+
+
+def test_reference_padded_max_q_len_and_empty_sequence():
+    """A caller-supplied max_q_len above the real one, and a sequence with no rows this step."""
+    case = make_case([3, 0, 1, 17], [20, 9, 33, 17], page_tokens=16, n_heads=9, n_kv=3, head_dim=64, seed=7)
+    out = paged_attention_reference(*case.args(), max_q_len=24)
+    torch.testing.assert_close(out, naive_attention(case), rtol=1e-4, atol=1e-5)
+
+
+# -- write_kv --------------------------------------------------------------------------------------------
+
+def test_write_kv_puts_values_at_their_slots():
+    gen = torch.Generator().manual_seed(0)
+    n_pages, page_tokens, n_kv, head_dim = 6, 16, 3, 8
+    k_cache = torch.zeros(n_pages, page_tokens, n_kv, head_dim)
+    v_cache = torch.zeros_like(k_cache)
+    slots = torch.randperm(n_pages * page_tokens, generator=gen)[:20]
+    k = torch.randn(20, n_kv, head_dim, generator=gen)
+    v = torch.randn(20, n_kv, head_dim, generator=gen)
+    write_kv(k_cache, v_cache, k, v, slots)
+    for i, slot in enumerate(slots.tolist()):
+        assert torch.equal(k_cache[slot // page_tokens, slot % page_tokens], k[i])
+        assert torch.equal(v_cache[slot // page_tokens, slot % page_tokens], v[i])
+    untouched = torch.ones(n_pages * page_tokens, dtype=torch.bool)
+    untouched[slots] = False
+    assert not k_cache.view(-1, n_kv, head_dim)[untouched].any()
+    assert not v_cache.view(-1, n_kv, head_dim)[untouched].any()
+
+
+# -- the Triton kernel, interpreted on the CPU -----------------------------------------------------------
+#
+# Triton picks interpreter or compiler when `@triton.jit` runs, and its own library functions (tl.zeros...)
+# are decorated when triton is first imported, so TRITON_INTERPRET=1 must be set before that import. It
+# cannot be switched on inside this session without turning every later Triton kernel (GPU tests included)
+# into interpreted ones, so the kernel runs in one child process that computes every case below; each test
+# then compares its output with the reference here.
+
+def _triton_cases() -> dict[str, dict]:
+    cases = {}
+    for kind in ("decode", "prefill", "mixed"):
+        for page_tokens in (16, 32):
+            for n_heads, n_kv in ((9, 3), (4, 4)):
+                lengths = random_lengths(kind, n_seqs=4, seed=page_tokens + n_heads)
+                cases[f"{kind}-page{page_tokens}-h{n_heads}kv{n_kv}"] = dict(
+                    lengths=lengths, page_tokens=page_tokens, n_heads=n_heads, n_kv=n_kv, head_dim=64, seed=1)
+    for head_dim in (32, 128):
+        cases[f"mixed-dim{head_dim}"] = dict(lengths=random_lengths("mixed", n_seqs=3, seed=head_dim),
+                                            page_tokens=16, n_heads=8, n_kv=2, head_dim=head_dim, seed=2)
+    # An empty sequence, a shard ending on a page boundary, a one-token prompt; then a lone long prompt.
+    cases["edges"] = dict(lengths=([5, 0, 32, 1, 1], [21, 4, 64, 1, 40]), page_tokens=16, n_heads=9, n_kv=3,
+                          head_dim=64, seed=3)
+    cases["single-prompt"] = dict(lengths=([70], [70]), page_tokens=32, n_heads=9, n_kv=3, head_dim=64, seed=4)
+    # The model hands over q as a transposed [H, T, D] view.
+    cases["strided-q"] = dict(lengths=([1, 12, 1], [30, 40, 7]), page_tokens=16, n_heads=9, n_kv=3,
+                              head_dim=64, seed=5, strided=True)
+    return cases
+
+
+TRITON_CASES = _triton_cases()
+
+
+def build_triton_case(spec: dict) -> Case:
+    q_lens, kv_lens = spec["lengths"]
+    case = make_case(list(q_lens), list(kv_lens), spec["page_tokens"], spec["n_heads"], spec["n_kv"],
+                     spec["head_dim"], seed=spec["seed"])
+    if spec.get("strided"):
+        case.q = case.q.transpose(0, 1).contiguous().transpose(0, 1)
+    return case
+
+
+def _interpreted_worker(out_path: str) -> None:
+    """Child process: run every case through the interpreted kernel, saving outputs or error texts."""
+    import traceback
+
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from kernels import triton_paged
+
+    assert isinstance(triton_paged._paged_attention_kernel, InterpretedFunction), "TRITON_INTERPRET not seen"
+    results: dict[str, torch.Tensor | str] = {}
+    for name, spec in TRITON_CASES.items():
+        try:
+            results[name] = triton_paged.paged_attention_triton(*build_triton_case(spec).args())
+        except Exception:  # each test reports its own failure
+            results[name] = traceback.format_exc()
+    torch.save(results, out_path)
+
+
+@pytest.fixture(scope="module")
+def triton_outputs(tmp_path_factory) -> dict:
+    pytest.importorskip("triton", reason="triton cannot be imported; the Triton kernel is not tested")
+    out_path = tmp_path_factory.mktemp("triton") / "outputs.pt"
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, __file__, str(out_path)], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, f"interpreted kernel worker failed:\n{proc.stdout}\n{proc.stderr}"
+    return torch.load(out_path)
+
+
+@pytest.mark.parametrize("name", list(TRITON_CASES))
+def test_triton_matches_reference(triton_outputs: dict, name: str):
+    out = triton_outputs[name]
+    if isinstance(out, str):
+        pytest.fail(f"interpreted kernel raised:\n{out}")
+    case = build_triton_case(TRITON_CASES[name])
+    assert out.shape == case.q.shape and out.dtype == case.q.dtype
+    torch.testing.assert_close(out, paged_attention_reference(*case.args()), rtol=1e-4, atol=2e-5)
+
+
+if __name__ == "__main__":
+    _interpreted_worker(sys.argv[1])

@@ -1,0 +1,129 @@
+"""The step planner without a model: budgets, priorities, pacing, aging, the reserve and preemption."""
+
+import random
+
+from scheduler.config import EngineConfig
+from scheduler.kv_pool import SlabPool
+from scheduler.planner import StepPlanner
+from scheduler.request import RequestClass, SamplingParams, Sequence, Status
+
+RT, INTER, BATCH = RequestClass.REALTIME, RequestClass.INTERACTIVE, RequestClass.BATCH
+
+
+def make_planner(slabs=8, per_slab=16, **knobs) -> StepPlanner:
+    config = EngineConfig(page_tokens=16, **knobs)
+    return StepPlanner(config, SlabPool(slabs, per_slab, 16, config.reserve_frac))
+
+
+def request(n_prompt, cls=INTER, max_tokens=8, deadline=None, arrival=0.0, first_token=1) -> Sequence:
+    tokens = list(range(first_token, first_token + n_prompt))
+    seq = Sequence(tokens, SamplingParams(max_tokens=max_tokens), cls, deadline)
+    seq.arrival = arrival
+    return seq
+
+
+def run_step(planner: StepPlanner, now: float):
+    """Plan a step and account for it as the engine would, with a dummy token per sampling chunk."""
+    plan = planner.plan(now)
+    for chunk in plan.chunks:
+        planner.advance(chunk)
+        if chunk.samples:
+            chunk.seq.output_ids.append(7)
+            if len(chunk.seq.output_ids) >= chunk.seq.params.max_tokens:
+                planner.finish(chunk.seq)
+    planner.pool.check([s.pages for s in planner.running + planner.waiting])
+    return plan
+
+
+def test_budgets_are_never_exceeded_on_a_random_workload():
+    rng = random.Random(3)
+    planner = make_planner(max_batch_tokens=96, max_batch_seqs=5, shard_tokens=32)
+    for i in range(40):
+        planner.add(request(rng.randint(5, 200), rng.choice(list(RequestClass)), rng.randint(1, 30), arrival=i))
+    steps = 0
+    while not planner.idle:
+        plan = run_step(planner, now=100.0 + steps)
+        assert plan.num_tokens <= 96 and len(plan.chunks) <= 5
+        assert all(c.n <= 32 for c in plan.chunks)
+        steps += 1
+        assert steps < 2000
+    assert planner.pool.num_used == len(planner.pool.lru)  # only cached pages remain
+
+
+def test_long_prefill_is_sharded_and_never_stalls_running_decodes():
+    planner = make_planner(max_batch_tokens=64, shard_tokens=32)
+    chatty = request(10, max_tokens=50)
+    planner.add(chatty)
+    run_step(planner, 0.0)
+    planner.add(request(500, cls=INTER, arrival=1.0))
+    for t in range(5):
+        plan = run_step(planner, 2.0 + t)
+        kinds = {c.seq is chatty: c.kind for c in plan.chunks}
+        assert kinds[True] == "decode" and kinds[False] == "prefill"
+        assert plan.num_tokens <= 64
+
+
+def test_pressing_realtime_decode_goes_first_under_a_flood_of_batch_work():
+    planner = make_planner(max_batch_tokens=128, max_batch_seqs=4, shard_tokens=64)
+    call = request(20, cls=RT, max_tokens=100, deadline=1000.0)
+    planner.add(call)
+    run_step(planner, 0.0)
+    for i in range(30):
+        planner.add(request(40, cls=BATCH, max_tokens=100, arrival=0.5 + i * 0.01))
+    for t in range(5):  # batch work fills the sequence budget; the call is not pressing yet
+        run_step(planner, 1.0 + t * 0.01)
+    call.deadline = 1.2  # its buffered audio is about to run out
+    plan = planner.plan(1.1)
+    assert plan.chunks[0].seq is call and plan.chunks[0].kind == "decode"
+
+
+def test_batch_work_ages_upward_and_completes_under_steady_interactive_load():
+    planner = make_planner(max_batch_tokens=32, max_batch_seqs=1, shard_tokens=32, aging_s=5.0)
+    background = request(16, cls=BATCH, max_tokens=2, arrival=0.0)
+    planner.add(background)
+    now = 0.0
+    for _ in range(200):
+        planner.add(request(16, cls=INTER, max_tokens=2, arrival=now))
+        run_step(planner, now)
+        now += 1.0
+        if background.status is Status.FINISHED:
+            break
+    assert background.status is Status.FINISHED
+    assert now <= 20.0  # two class levels of aging at 5 s each, plus its own steps
+
+
+def test_only_realtime_decodes_may_use_the_reserve():
+    planner = make_planner(slabs=1, per_slab=25, max_batch_tokens=512, shard_tokens=512)
+    reserve = planner.pool.reserve
+    assert reserve == 2
+    batch = request(16 * 23, cls=BATCH, max_tokens=40)  # exactly fills the non-reserved pages
+    planner.config.default_output_guess = 0
+    planner.add(batch)
+    run_step(planner, 0.0)
+    assert planner.pool.num_free == reserve
+    plan = planner.plan(1.0)  # its decode needs a new page: only the reserve is left
+    assert plan.chunks == [] and planner.pool.num_free == reserve
+
+    rt_planner = make_planner(slabs=1, per_slab=25, max_batch_tokens=512, shard_tokens=512)
+    rt_planner.config.default_output_guess = 0
+    call = request(16 * 23, cls=RT, max_tokens=40)
+    rt_planner.add(call)
+    run_step(rt_planner, 0.0)
+    plan = run_step(rt_planner, 1.0)
+    assert plan.chunks[0].seq is call and rt_planner.pool.num_free == reserve - 1
+
+
+def test_memory_pressure_preempts_lower_classes_never_a_pressing_call():
+    planner = make_planner(slabs=1, per_slab=19, max_batch_tokens=512, shard_tokens=512, default_output_guess=0)
+    call = request(16 * 8 - 1, cls=RT, max_tokens=60, deadline=0.0)  # outgrows the free pages and the reserve
+    background = request(16 * 8 - 1, cls=BATCH, max_tokens=40, first_token=5000)
+    planner.add(call)
+    planner.add(background)
+    run_step(planner, 0.0)
+    preempted = []
+    for t in range(60):
+        preempted += run_step(planner, 1.0 + t).preempted
+        if call.status is Status.FINISHED:
+            break
+    assert call.status is Status.FINISHED and call.preemptions == 0
+    assert background in preempted and background.preemptions >= 1
