@@ -1,0 +1,1 @@
+"""Benchmarks: commands that measure, never tests that assert on wall-clock time."""

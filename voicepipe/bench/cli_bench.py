@@ -1,0 +1,132 @@
+"""The `voicepipe bench` command: `bench engine` (modes, roofline, knob sweep); `bench calls` (real calls)."""
+
+import argparse
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from scheduler import EngineConfig
+from voicepipe.bench.engine_modes import decode_roofline, run_engine, run_hf_continuous_batching
+from voicepipe.bench.workload import Workload
+
+log = logging.getLogger(__name__)
+MODES = ("static", "fcfs", "o4", "hf_cb")
+COLUMNS = ("throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "latency_p50_s", "latency_p99_s")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw the results")
+    parser.add_argument("--quick", action="store_true", help="a small workload (minutes, not tens of minutes)")
+    parser.add_argument("--sweep", action="store_true", help="sweep max_batch_tokens x max_batch_seqs instead")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
+    parser.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens)
+    parser.add_argument("--max-batch-seqs", type=int, default=EngineConfig.max_batch_seqs)
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "device": "cpu"}
+
+
+def workloads(quick: bool) -> tuple[Workload, Workload]:
+    if quick:
+        burst = Workload(requests=12, prompt_tokens=(32, 128), output_tokens=(8, 48))
+        return burst, Workload(12, (32, 128), (8, 48), poisson_rate=2.0)
+    return Workload(), Workload(poisson_rate=0.5)
+
+
+def compare_modes(model, tokenizer, workload: Workload, modes: list[str], knobs: dict) -> dict:
+    items = workload.items(tokenizer)
+    results = {}
+    for mode in modes:
+        log.info("running %s on %d requests", mode, len(items))
+        if mode == "hf_cb":
+            try:
+                results[mode] = run_hf_continuous_batching(model, items, knobs["max_batch_tokens"])
+            except Exception as exc:  # an optional peer: report why it could not run
+                results[mode] = {"error": f"{type(exc).__name__}: {exc}"}
+        else:
+            results[mode] = run_engine(model, tokenizer, items, EngineConfig(policy=mode, **knobs))
+    return results
+
+
+def sweep(model, tokenizer, quick: bool) -> list[dict]:
+    workload = Workload(requests=8 if quick else 24, prompt_tokens=(32, 128 if quick else 256),
+                        output_tokens=(8, 24 if quick else 64))
+    items = workload.items(tokenizer)
+    tokens_grid = (64, 256) if quick else (32, 64, 128, 256, 512)
+    seqs_grid = (2, 8) if quick else (2, 4, 8, 16, 32)
+    rows = []
+    for max_batch_tokens in tokens_grid:
+        for max_batch_seqs in seqs_grid:
+            result = run_engine(model, tokenizer, items, EngineConfig(max_batch_tokens=max_batch_tokens,
+                                                                      max_batch_seqs=max_batch_seqs))
+            rows.append({"max_batch_tokens": max_batch_tokens, "max_batch_seqs": max_batch_seqs, **result})
+            log.info("tokens=%d seqs=%d: %.1f tok/s", max_batch_tokens, max_batch_seqs, result["throughput_tok_s"])
+    return rows
+
+
+def print_table(title: str, modes: dict) -> None:
+    print(f"\n{title}")
+    print(f"{'mode':8}" + "".join(f"{c:>18}" for c in COLUMNS))
+    for mode, m in modes.items():
+        cells = [f"{m[c]:18.2f}" if c in m else f"{'-':>18}" for c in COLUMNS]
+        print(f"{mode:8}" + "".join(cells) + (f"  ({m['error']})" if "error" in m else ""))
+
+
+def run_engine_bench(args: argparse.Namespace) -> int:
+    from voicepipe.models import load_llm
+
+    model, tokenizer = load_llm(args.llm_model)
+    knobs = {"max_batch_tokens": args.max_batch_tokens, "max_batch_seqs": args.max_batch_seqs}
+    report: dict = {"machine": machine(), "knobs": knobs, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if args.sweep:
+        report["sweep"] = sweep(model, tokenizer, args.quick)
+        for row in report["sweep"]:
+            print(f"max_batch_tokens={row['max_batch_tokens']:4d} max_batch_seqs={row['max_batch_seqs']:3d} "
+                  f"{row['throughput_tok_s']:8.1f} tok/s  p99 latency {row['latency_p99_s']:6.2f} s")
+    else:
+        modes = [m for m in args.modes.split(",") if m]
+        unknown = set(modes) - set(MODES)
+        if unknown:
+            raise SystemExit(f"voicepipe: error: unknown modes {', '.join(sorted(unknown))}")
+        burst, poisson = workloads(args.quick)
+        report["workload"] = burst.describe()
+        report["modes"] = compare_modes(model, tokenizer, burst, modes, knobs)
+        print_table("all requests at once", report["modes"])
+        report["poisson"] = {"workload": poisson.describe(),
+                             "modes": compare_modes(model, tokenizer, poisson, modes, knobs)}
+        print_table(f"Poisson arrivals, {poisson.poisson_rate}/s", report["poisson"]["modes"])
+        report["roofline"] = decode_roofline(model, tokenizer)
+        r = report["roofline"]
+        print(f"\nbatch-1 decode {r['batch1_decode_tok_s']:.1f} tok/s; bandwidth limit {r['limit_tok_s']:.1f} tok/s "
+              f"({r['bandwidth_gb_s']:.1f} GB/s over {r['weight_bytes'] / 1e6:.0f} MB of weights): "
+              f"{r['ratio_of_limit']:.2f} of the limit")
+        ratios = ratios_of(report["modes"])
+        report["ratios"] = ratios
+        for name, value in ratios.items():
+            print(f"{name}: {value:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    if args.plot:
+        from voicepipe.bench.plots import plot_report
+
+        plot_report(report, args.plot)
+    return 0
+
+
+def ratios_of(modes: dict) -> dict:
+    out = {}
+    o4 = modes.get("o4", {})
+    for peer in ("static", "fcfs", "hf_cb"):
+        m = modes.get(peer, {})
+        if "throughput_tok_s" in o4 and "throughput_tok_s" in m:
+            out[f"o4_vs_{peer}_throughput"] = o4["throughput_tok_s"] / m["throughput_tok_s"]
+            out[f"o4_vs_{peer}_latency_p99"] = o4["latency_p99_s"] / m["latency_p99_s"]
+    return out

@@ -1,0 +1,106 @@
+"""`voicepipe bench engine`: one workload through static batching, FCFS continuous batching, mini-O4 and
+transformers' own continuous batching, reporting throughput and latency percentiles for each."""
+
+import logging
+import time
+
+import numpy as np
+import torch
+
+from scheduler import Engine, EngineConfig, SamplingParams, Sequence
+from voicepipe.bench.workload import WorkItem
+
+log = logging.getLogger(__name__)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def summarize(tokens: int, makespan: float, ttfts: list[float], latencies: list[float]) -> dict:
+    return {"throughput_tok_s": tokens / makespan, "ttft_p50_s": percentile(ttfts, 50),
+            "ttft_p99_s": percentile(ttfts, 99), "latency_p50_s": percentile(latencies, 50),
+            "latency_p99_s": percentile(latencies, 99), "tokens": tokens, "makespan_s": makespan}
+
+
+def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig) -> dict:
+    """Drive the engine step by step on this thread, adding each request at its arrival time."""
+    engine = Engine(model, tokenizer, config)
+    pending = sorted(items, key=lambda w: w.arrival_s)
+    seqs: list[Sequence] = []
+    start = time.monotonic()
+    while pending or not engine.planner.idle:
+        now = time.monotonic()
+        while pending and start + pending[0].arrival_s <= now:
+            item = pending.pop(0)
+            seq = Sequence(item.prompt_ids, SamplingParams(max_tokens=item.max_tokens, ignore_eos=True))
+            seq.arrival = start + item.arrival_s
+            seqs.append(engine.add_request(seq))
+        if not engine.step() and pending:
+            time.sleep(max(0.0, start + pending[0].arrival_s - time.monotonic()))
+    makespan = time.monotonic() - start
+    engine.check_pool()
+    result = summarize(sum(len(s.output_ids) for s in seqs), makespan,
+                       [s.first_token_at - s.arrival for s in seqs], [s.last_token_at - s.arrival for s in seqs])
+    result["steps"] = int(engine.metrics.steps._value.get())
+    result["preemptions"] = sum(s.preemptions for s in seqs)
+    return result
+
+
+def run_hf_continuous_batching(model, items: list[WorkItem], max_batch_tokens: int) -> dict:
+    """transformers' ContinuousBatchingManager on the same work (its own paged cache and scheduler)."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(do_sample=False, max_new_tokens=max(w.max_tokens for w in items),
+                              eos_token_id=None, pad_token_id=0)
+    manager = model.init_continuous_batching(generation_config=config)
+    manager.start()
+    try:
+        pending = sorted(items, key=lambda w: w.arrival_s)
+        arrivals, first, finish, tokens = {}, {}, {}, 0
+        start = time.monotonic()
+        while pending or len(finish) < len(items):
+            now = time.monotonic()
+            while pending and start + pending[0].arrival_s <= now:
+                item = pending.pop(0)
+                rid = f"r{len(arrivals)}"
+                arrivals[rid] = start + item.arrival_s
+                manager.add_request(item.prompt_ids, request_id=rid, max_new_tokens=item.max_tokens,
+                                    streaming=True, eos_token_id=-1)
+            result = manager.get_result(timeout=0.01)
+            if result is None:
+                continue
+            first.setdefault(result.request_id, time.monotonic())
+            if result.is_finished():
+                finish[result.request_id] = time.monotonic()
+                tokens += len(result.generated_tokens)
+    finally:
+        manager.stop(block=True)
+        model.destroy_cached_continuous_batching_manager() if hasattr(
+            model, "destroy_cached_continuous_batching_manager") else None
+    return summarize(tokens, max(finish.values()) - start, [first[r] - arrivals[r] for r in arrivals],
+                     [finish[r] - arrivals[r] for r in arrivals])
+
+
+def decode_roofline(model, tokenizer, tokens: int = 32) -> dict:
+    """Batch-1 decode speed next to the limit set by reading every weight once per token."""
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffer = torch.empty(weight_bytes // 4, dtype=torch.float32)
+    buffer.add_(1.0)  # touch it
+    t0 = time.perf_counter()
+    for _ in range(3):
+        buffer.mul_(1.0001)  # one read and one write of every byte
+    bandwidth = 3 * 2 * buffer.numel() * 4 / (time.perf_counter() - t0)
+    del buffer
+    engine = Engine(model, tokenizer, EngineConfig(num_slabs=2))
+    seq = engine.add_request(Sequence(tokenizer.encode("Once upon a time"),
+                                      SamplingParams(max_tokens=tokens, ignore_eos=True)))
+    while len(seq.output_ids) < 2:
+        engine.step()
+    t0 = time.perf_counter()
+    while engine.step():
+        pass
+    tok_s = (tokens - 2) / (time.perf_counter() - t0)
+    limit = bandwidth / weight_bytes
+    return {"weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9, "limit_tok_s": limit,
+            "batch1_decode_tok_s": tok_s, "ratio_of_limit": tok_s / limit}
