@@ -25,8 +25,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", action="store_true", help="sweep max_batch_tokens x max_batch_seqs instead")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
-    parser.add_argument("--max-batch-tokens", type=int, default=EngineConfig.max_batch_tokens)
-    parser.add_argument("--max-batch-seqs", type=int, default=EngineConfig.max_batch_seqs)
+    parser.add_argument("--max-batch-tokens", type=int, default=EngineConfig().max_batch_tokens)
+    parser.add_argument("--max-batch-seqs", type=int, default=EngineConfig().max_batch_seqs)
 
 
 def machine() -> dict:
