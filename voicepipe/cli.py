@@ -1,0 +1,215 @@
+"""The `voicepipe` command.
+
+Each subcommand is a `Command`: one function registering its arguments and one running it. Inputs are
+checked before any model loads, and bad input (an unreadable audio file, a missing model) ends with one
+line on stderr, `voicepipe: error: ...`, and exit status 2, as argparse does for bad arguments.
+"""
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from voicepipe import __version__
+from voicepipe.audio import AudioError, read_audio, write_wav
+from voicepipe.llm_backends import BACKENDS
+from voicepipe.models import ModelError
+from voicepipe.stages.base import LLM, GenerationParams
+from voicepipe.turn import DEFAULT_SYSTEM_PROMPT, build_messages
+
+log = logging.getLogger("voicepipe")
+
+
+class UsageError(Exception):
+    """Input the command cannot work with; reported in one line like a bad argument."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, one line of help, and the functions that register and run it."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of every command that asks the LLM."""
+    parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
+    parser.add_argument("--backend", choices=BACKENDS, default="engine",
+                        help="engine: mini-O4 (default); hf: transformers generate, the correctness oracle")
+    parser.add_argument("--system", default=DEFAULT_SYSTEM_PROMPT,
+                        help="system prompt; '' sends none (default: a concise spoken assistant)")
+    parser.add_argument("--max-tokens", type=int, default=GenerationParams.max_tokens, metavar="N")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+
+
+def generation_params(args: argparse.Namespace) -> GenerationParams:
+    """Sampling settings from the LLM options."""
+    return GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p)
+
+
+def make_llm_stage(args: argparse.Namespace) -> LLM:
+    """Load the LLM named by the options and wrap it in the chosen backend."""
+    from voicepipe.llm_backends import make_llm
+    from voicepipe.models import load_llm
+
+    started = time.perf_counter()
+    model, tokenizer = load_llm(args.llm_model)
+    log.info("LLM loaded in %.1f s", time.perf_counter() - started)
+    return make_llm(args.backend, model, tokenizer)
+
+
+def add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="audio file (WAV of any rate and sample format)")
+    parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
+
+
+def run_transcribe(args: argparse.Namespace) -> int:
+    from voicepipe.stages.asr_whisper import WhisperASR
+
+    audio = read_audio(args.file, WhisperASR.sample_rate)
+    print(WhisperASR(args.asr_model).transcribe(audio))
+    return 0
+
+
+def add_say_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", help="what to say")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write")
+    parser.add_argument("--tts-voice", metavar="ONNX", help="Piper voice .onnx (its .onnx.json beside it)")
+
+
+def run_say(args: argparse.Namespace) -> int:
+    from voicepipe.stages.tts_piper import PiperTTS
+
+    if not args.text.strip():
+        raise UsageError("TEXT is empty: nothing to say")
+    tts = PiperTTS(args.tts_voice)
+    chunks = list(tts.synthesize(args.text))
+    if not chunks:
+        raise UsageError(f"TEXT {args.text!r} has nothing to pronounce")
+    write_wav(args.output, np.concatenate(chunks), tts.sample_rate)
+    return 0
+
+
+def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", help="the user's message")
+    add_llm_arguments(parser)
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    llm = make_llm_stage(args)
+
+    async def stream() -> None:
+        async for delta in llm.stream(build_messages(args.text, args.system), generation_params(args)):
+            sys.stdout.write(delta)
+            sys.stdout.flush()
+
+    asyncio.run(stream())
+    sys.stdout.write("\n")
+    return 0
+
+
+def add_turn_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", metavar="IN.wav", help="the spoken question")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file for the reply")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
+    parser.add_argument("--tts-voice", metavar="ONNX", help="Piper voice .onnx (its .onnx.json beside it)")
+    add_llm_arguments(parser)
+
+
+def run_turn_command(args: argparse.Namespace) -> int:
+    from voicepipe.models import resolve_asr, resolve_llm, resolve_tts
+    from voicepipe.stages.asr_whisper import WhisperASR
+    from voicepipe.stages.tts_piper import PiperTTS
+    from voicepipe.turn import run_turn
+
+    read_audio(args.input, WhisperASR.sample_rate)  # fail on bad input before minutes of loading
+    resolve_asr(args.asr_model)
+    resolve_tts(args.tts_voice)
+    resolve_llm(args.llm_model)
+    asr, tts, llm = WhisperASR(args.asr_model), PiperTTS(args.tts_voice), make_llm_stage(args)
+    result = asyncio.run(run_turn(args.input, asr, llm, tts, generation_params(args), args.system))
+    write_wav(args.output, result.audio, result.sample_rate)
+    if args.json:
+        print(json.dumps({"transcript": result.transcript, "answer": result.answer,
+                          "timings": result.timings, "output": str(args.output)}))
+    else:
+        print(f"transcript: {result.transcript}")
+        print(f"answer:     {result.answer}")
+        print("timings:    " + ", ".join(
+            f"{name} {'-' if value is None else f'{value:.2f}'}" for name, value in result.timings.items()))
+        print(f"output:     {args.output}")
+    return 0
+
+
+COMMANDS = [
+    Command("transcribe", "print the transcript of an audio file", add_transcribe_arguments, run_transcribe),
+    Command("say", "speak TEXT into a WAV file", add_say_arguments, run_say),
+    Command("chat", "stream the LLM's answer to TEXT", add_chat_arguments, run_chat),
+    Command("turn", "answer a spoken question with speech, timing each stage", add_turn_arguments,
+            run_turn_command),
+]
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from voicepipe.bench.cli_bench import add_engine_arguments
+
+    which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
+    add_engine_arguments(which.add_parser("engine", help="one LLM workload through static, fcfs, o4, hf_cb"))
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from voicepipe.bench.cli_bench import run_engine_bench
+
+    return run_engine_bench(args)
+
+
+COMMANDS.append(Command("bench", "measure the engine (bench engine) or whole calls (bench calls)",
+                        add_bench_arguments, run_bench))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one subparser per command."""
+    parser = argparse.ArgumentParser(prog="voicepipe", description="A streaming voice assistant.")
+    parser.add_argument("--version", action="version", version=f"voicepipe {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; the exit status is 0, 2 for bad input, or 130 when interrupted."""
+    # Before torch is imported: idle OpenMP threads must sleep, not spin against the other thread pools
+    # (CTranslate2, onnxruntime) on a small CPU, where spinning made passes several times slower.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="voicepipe: %(message)s")
+    if not args.verbose:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # also silences transformers' bars
+    try:
+        return args.run(args)
+    except (AudioError, ModelError, UsageError, OSError) as e:
+        print(f"voicepipe: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The pluggable stages of a turn: speech recognition, language model and speech synthesis."""
