@@ -10,6 +10,8 @@ Query i of sequence s sits at position kv_lens[s] - q_len(s) + i and attends cau
 A decode is a one-row query; a prefill shard attends to the cached pages before it and causally within.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -20,44 +22,60 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
 
 
-def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                              block_tables: torch.Tensor, cu_q_lens: torch.Tensor, kv_lens: torch.Tensor,
-                              scale: float, max_q_len: int | None = None) -> torch.Tensor:
-    """Gather each sequence's pages into a padded batch and run masked attention in one call.
+@dataclass(frozen=True, slots=True)
+class PagedLayout:
+    """Where each sequence's queries and keys sit in a step: the same for every layer, so computed once."""
 
-    Padding every query to the longest one of the step is cheap next to the projections when a step mixes
-    one shard with many decodes, and it keeps the reference a single vectorised expression.
-    """
-    n_seqs = kv_lens.shape[0]
-    n_heads, head_dim = q.shape[1], q.shape[2]
-    page_tokens, n_kv = k_cache.shape[1], k_cache.shape[2]
+    pages: torch.Tensor  # [S, n_pages] page ids covering each sequence's keys
+    max_kv: int
+    kv_valid: torch.Tensor  # [S, max_kv]
+    mask: torch.Tensor  # [S, 1, max_q, max_kv], True where a query may attend
+    q_index: torch.Tensor  # [S, max_q] packed row of each padded query (clamped)
+    row_valid: torch.Tensor  # [S, max_q]
+
+
+def paged_layout(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, kv_lens: torch.Tensor, page_tokens: int,
+                 max_q_len: int | None = None) -> PagedLayout:
     q_lens = (cu_q_lens[1:] - cu_q_lens[:-1]).long()
     kv_lens = kv_lens.long()
     max_q = int(max_q_len) if max_q_len is not None else int(q_lens.max())
     max_kv = int(kv_lens.max())
     n_pages = (max_kv + page_tokens - 1) // page_tokens
+    rows = torch.arange(max_q, device=kv_lens.device)
+    row_valid = rows[None, :] < q_lens[:, None]
+    q_pos = kv_lens[:, None] - q_lens[:, None] + rows[None, :]
+    kv_pos = torch.arange(max_kv, device=kv_lens.device)
+    kv_valid = kv_pos[None, :] < kv_lens[:, None]
+    mask = (kv_pos[None, None, :] <= q_pos[:, :, None]) & kv_valid[:, None, :] & row_valid[:, :, None]
+    last_row = max(int(cu_q_lens[-1]) - 1, 0)
+    q_index = (cu_q_lens[:-1].long()[:, None] + rows[None, :]).clamp(max=last_row)
+    return PagedLayout(block_tables[:, :n_pages].long().clamp(min=0), max_kv, kv_valid, mask[:, None], q_index,
+                       row_valid)
 
-    tables = block_tables[:, :n_pages].long().clamp(min=0)
-    keys = k_cache[tables].reshape(n_seqs, n_pages * page_tokens, n_kv, head_dim)[:, :max_kv]
-    values = v_cache[tables].reshape(n_seqs, n_pages * page_tokens, n_kv, head_dim)[:, :max_kv]
 
-    # Row r of sequence s is query index r; its position and whether it is real.
-    rows = torch.arange(max_q, device=q.device)
-    row_valid = rows[None, :] < q_lens[:, None]  # [S, max_q]
-    q_pos = kv_lens[:, None] - q_lens[:, None] + rows[None, :]  # [S, max_q]
-    kv_pos = torch.arange(max_kv, device=q.device)
-    kv_valid = kv_pos[None, :] < kv_lens[:, None]  # [S, max_kv]
+def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                              block_tables: torch.Tensor, cu_q_lens: torch.Tensor, kv_lens: torch.Tensor,
+                              scale: float, max_q_len: int | None = None,
+                              layout: PagedLayout | None = None) -> torch.Tensor:
+    """Gather each sequence's pages into a padded batch and run masked attention in one call.
+
+    Padding every query to the longest one of the step is cheap next to the projections when a step mixes
+    one shard with many decodes, and it keeps the reference a single vectorised expression. A caller running
+    many layers over one step passes the `layout` it computed once.
+    """
+    if layout is None:
+        layout = paged_layout(block_tables, cu_q_lens, kv_lens, k_cache.shape[1], max_q_len)
+    n_seqs, n_heads = layout.pages.shape[0], q.shape[1]
+    n_kv, head_dim = k_cache.shape[2], k_cache.shape[3]
+    shape = (n_seqs, -1, n_kv, head_dim)
     # Slots past kv_len (unwritten page tails, other sequences' pages) may hold anything, NaN included, and
     # a NaN score or a zero probability times a NaN value stays NaN through any mask: zero them instead.
-    keys = keys.masked_fill(~kv_valid[:, :, None, None], 0.0)
-    values = values.masked_fill(~kv_valid[:, :, None, None], 0.0)
-    mask = (kv_pos[None, None, :] <= q_pos[:, :, None]) & kv_valid[:, None, :]
-    mask &= row_valid[:, :, None]
-
-    flat_index = (cu_q_lens[:-1].long()[:, None] + rows[None, :]).clamp(max=q.shape[0] - 1)
-    q_pad = q[flat_index].transpose(1, 2)  # [S, H, max_q, D]
+    invalid = ~layout.kv_valid[:, :, None, None]
+    keys = k_cache[layout.pages].reshape(shape)[:, :layout.max_kv].masked_fill(invalid, 0.0)
+    values = v_cache[layout.pages].reshape(shape)[:, :layout.max_kv].masked_fill(invalid, 0.0)
+    q_pad = q[layout.q_index].transpose(1, 2)  # [S, H, max_q, D]
     # Grouped-query attention without copying keys per head; rows of padding come out as NaN and are dropped.
     out = torch.nn.functional.scaled_dot_product_attention(
-        q_pad, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=mask[:, None], scale=scale,
+        q_pad, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=layout.mask, scale=scale,
         enable_gqa=n_heads != n_kv)
-    return out.transpose(1, 2)[row_valid]
+    return out.transpose(1, 2)[layout.row_valid]

@@ -30,6 +30,7 @@ class StepMeta:
     kv_lens: torch.Tensor
     max_q_len: int
     kv: torch.Tensor  # [2, layers, pages, page_tokens, kv_heads, head_dim]
+    layout: kernels.PagedLayout | None  # the reference kernel's per-step index work, shared by all layers
 
 
 _step = threading.local()
@@ -41,7 +42,7 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
     k_cache, v_cache = meta.kv[0, module.layer_idx], meta.kv[1, module.layer_idx]
     kernels.write_kv(k_cache, v_cache, key[0].transpose(0, 1), value[0].transpose(0, 1), meta.slots)
     out = kernels.paged_attention(query[0].transpose(0, 1), k_cache, v_cache, meta.block_tables,
-                                  meta.cu_q_lens, meta.kv_lens, scaling, meta.max_q_len)
+                                  meta.cu_q_lens, meta.kv_lens, scaling, meta.max_q_len, meta.layout)
     return out.unsqueeze(0), None
 
 
@@ -90,8 +91,10 @@ class ModelRunner:
         width = max(len(c.seq.pages) for c in plan.chunks)
         tables = [c.seq.pages + [0] * (width - len(c.seq.pages)) for c in plan.chunks]
         as_tensor = lambda x: torch.tensor(x, dtype=torch.int32, device=self.device)  # noqa: E731
-        _step.meta = StepMeta(as_tensor(slots).long(), as_tensor(tables), as_tensor(q_lens), as_tensor(kv_lens),
-                              max(c.n for c in plan.chunks), self.kv)
+        tables, q_lens, kv_lens = as_tensor(tables), as_tensor(q_lens), as_tensor(kv_lens)
+        max_q = max(c.n for c in plan.chunks)
+        layout = None if self.kv.is_cuda else kernels.paged_layout(tables, q_lens, kv_lens, self.page_tokens, max_q)
+        _step.meta = StepMeta(as_tensor(slots).long(), tables, q_lens, kv_lens, max_q, self.kv, layout)
         saved = self.model.config._attn_implementation
         self.model.config._attn_implementation = ATTN_NAME
         try:
