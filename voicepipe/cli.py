@@ -163,18 +163,33 @@ COMMANDS = [
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from voicepipe.bench.cli_bench import add_engine_arguments
+    from voicepipe.bench.cli_bench import add_calls_arguments, add_engine_arguments
 
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
     add_engine_arguments(which.add_parser("engine", help="one LLM workload through static, fcfs, o4, hf_cb"))
+    add_calls_arguments(which.add_parser("calls", help="simulated callers over the websocket, o4 vs fcfs"))
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from voicepipe.bench.cli_bench import run_engine_bench
+    from voicepipe.bench.cli_bench import run_calls_bench, run_engine_bench
 
-    return run_engine_bench(args)
+    return run_engine_bench(args) if args.bench == "engine" else run_calls_bench(args)
 
 
+def add_serve_command_arguments(parser: argparse.ArgumentParser) -> None:
+    from voicepipe.cli_serve import add_serve_arguments
+
+    add_serve_arguments(parser)
+
+
+def run_serve_command(args: argparse.Namespace) -> int:
+    from voicepipe.cli_serve import run_serve
+
+    return run_serve(args)
+
+
+COMMANDS.append(Command("serve", "serve the web page and voice calls over websockets", add_serve_command_arguments,
+                        run_serve_command))
 COMMANDS.append(Command("bench", "measure the engine (bench engine) or whole calls (bench calls)",
                         add_bench_arguments, run_bench))
 

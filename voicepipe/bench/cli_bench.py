@@ -7,10 +7,6 @@ import platform
 import time
 from pathlib import Path
 
-import torch
-
-from scheduler import EngineConfig
-from voicepipe.bench.engine_modes import decode_roofline, run_engine, run_hf_continuous_batching
 from voicepipe.bench.workload import Workload
 
 log = logging.getLogger(__name__)
@@ -25,11 +21,39 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", action="store_true", help="sweep max_batch_tokens x max_batch_seqs instead")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
-    parser.add_argument("--max-batch-tokens", type=int, default=EngineConfig().max_batch_tokens)
-    parser.add_argument("--max-batch-seqs", type=int, default=EngineConfig().max_batch_seqs)
+    parser.add_argument("--max-batch-tokens", type=int, help="tokens per step (default: the engine's)")
+    parser.add_argument("--max-batch-seqs", type=int, help="sequences per step (default: the engine's)")
+
+
+def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calls", type=int, default=4, metavar="N", help="the most simultaneous callers to try")
+    parser.add_argument("--turns", type=int, default=2, help="questions each caller asks")
+    parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
+
+
+def run_calls_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from voicepipe.bench.calls import bench_calls
+
+    report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.llm_model))
+    report["machine"] = machine()
+    for policy, result in report["policies"].items():
+        print(f"\n{policy}: holds {result['max_calls_within_deadline']} calls with >= 95% of turns on time")
+        for level in result["levels"]:
+            print(f"  {level['calls']} calls: time to first audio p50 {level['ttfa_p50_s']:.2f} s, "
+                  f"p99 {level['ttfa_p99_s']:.2f} s, on time {level['deadline_hit_rate']:.0%}, "
+                  f"underruns {level['underruns']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
 
 
 def machine() -> dict:
+    import torch
+
     return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "device": "cpu"}
 
@@ -42,6 +66,9 @@ def workloads(quick: bool) -> tuple[Workload, Workload]:
 
 
 def compare_modes(model, tokenizer, workload: Workload, modes: list[str], knobs: dict) -> dict:
+    from scheduler import EngineConfig
+    from voicepipe.bench.engine_modes import run_engine, run_hf_continuous_batching
+
     items = workload.items(tokenizer)
     results = {}
     for mode in modes:
@@ -57,6 +84,9 @@ def compare_modes(model, tokenizer, workload: Workload, modes: list[str], knobs:
 
 
 def sweep(model, tokenizer, quick: bool) -> list[dict]:
+    from scheduler import EngineConfig
+    from voicepipe.bench.engine_modes import run_engine
+
     workload = Workload(requests=8 if quick else 24, prompt_tokens=(32, 128 if quick else 256),
                         output_tokens=(8, 24 if quick else 64))
     items = workload.items(tokenizer)
@@ -81,10 +111,14 @@ def print_table(title: str, modes: dict) -> None:
 
 
 def run_engine_bench(args: argparse.Namespace) -> int:
+    from scheduler import EngineConfig
+    from voicepipe.bench.engine_modes import decode_roofline
     from voicepipe.models import load_llm
 
     model, tokenizer = load_llm(args.llm_model)
-    knobs = {"max_batch_tokens": args.max_batch_tokens, "max_batch_seqs": args.max_batch_seqs}
+    defaults = EngineConfig()
+    knobs = {"max_batch_tokens": args.max_batch_tokens or defaults.max_batch_tokens,
+             "max_batch_seqs": args.max_batch_seqs or defaults.max_batch_seqs}
     report: dict = {"machine": machine(), "knobs": knobs, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if args.sweep:
         report["sweep"] = sweep(model, tokenizer, args.quick)

@@ -1,0 +1,123 @@
+"""`voicepipe bench calls`: simulated callers speak real synthesized questions, in real time, over the
+real websocket, to a real server; reported per policy are time to first audio, deadline hits, underruns,
+and the most calls each policy holds with at least 95% of turns on time."""
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import websockets
+
+from scheduler import EngineConfig
+from voicepipe.audio import resample, to_pcm16
+from voicepipe.bench.engine_modes import percentile
+from voicepipe.runtime import Runtime
+from voicepipe.server import VoiceServer
+from voicepipe.session import Limits
+
+log = logging.getLogger(__name__)
+QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What colour is the sky?",
+             "Name a fruit that is yellow.", "What do bees make?", "How many days are in a week?"]
+FRAME_S = 0.02
+
+
+@dataclass
+class TurnResult:
+    ttfa_s: float | None  # from the last spoken sample sent to the first reply audio received
+    deadline_met: bool | None
+    underruns: int
+    timings: dict = field(default_factory=dict)
+
+
+async def caller(url: str, questions: list[np.ndarray], turns: int, offset_s: float) -> list[TurnResult]:
+    """One caller: speaks each question in real time, then streams silence until the reply is done."""
+    await asyncio.sleep(offset_s)
+    silence = bytes(int(16000 * FRAME_S) * 2)
+    results = []
+    async with websockets.connect(url, max_size=None) as ws:
+        for turn in range(turns):
+            pcm = to_pcm16(questions[turn % len(questions)]).tobytes()
+            step = int(16000 * FRAME_S) * 2
+            start = time.monotonic()
+            for i, at in enumerate(range(0, len(pcm), step)):
+                await ws.send(pcm[at:at + step])
+                await asyncio.sleep(max(0.0, start + (i + 1) * FRAME_S - time.monotonic()))
+            spoken_end, first_audio, done = time.monotonic(), None, None
+            while done is None:
+                await ws.send(silence)
+                try:
+                    message = await asyncio.wait_for(ws.recv(), FRAME_S)
+                except TimeoutError:
+                    continue
+                if isinstance(message, bytes):
+                    first_audio = first_audio or time.monotonic()
+                    continue
+                event = json.loads(message)
+                if event["type"] == "response.done":
+                    done = event["response"]
+                elif event["type"] == "error":
+                    log.warning("caller got an error: %s", event["error"]["message"])
+            results.append(TurnResult(first_audio - spoken_end if first_audio else None, done.get("deadline_met"),
+                                      done.get("underruns", 0), done.get("timings", {})))
+            await asyncio.sleep(1.0)  # a pause before the next question
+    return results
+
+
+async def run_level(runtime: Runtime, calls: int, turns: int, questions: list[np.ndarray]) -> dict:
+    server = VoiceServer(runtime, Limits(max_calls=calls))
+    await server.start("127.0.0.1", 0)
+    try:
+        url = f"ws://127.0.0.1:{server.port}/ws"
+        per_call = await asyncio.gather(*(caller(url, questions[i:] + questions[:i], turns, 0.37 * i)
+                                          for i in range(calls)))
+    finally:
+        await server.close()
+    results = [r for call in per_call for r in call]
+    ttfas = [r.ttfa_s for r in results if r.ttfa_s is not None]
+    hits = sum(1 for r in results if r.deadline_met)
+    return {"calls": calls, "turns": len(results), "ttfa_p50_s": percentile(ttfas, 50),
+            "ttfa_p99_s": percentile(ttfas, 99), "deadline_hit_rate": hits / len(results),
+            "underruns": sum(r.underruns for r in results),
+            "server_first_audio_p50_s": percentile([r.timings["first_audio_s"] for r in results
+                                                    if "first_audio_s" in r.timings], 50)}
+
+
+def spoken_questions(tts) -> list[np.ndarray]:
+    """The questions as 16 kHz float32 speech from the TTS voice, with a little silence on each side."""
+    out = []
+    for text in QUESTIONS:
+        speech = np.concatenate(list(tts.synthesize(text))).astype(np.float32) / 32768.0
+        speech = resample(speech, tts.sample_rate, 16000)
+        pad = np.zeros(int(0.3 * 16000), np.float32)
+        out.append(np.concatenate([pad, speech, pad]))
+    return out
+
+
+async def bench_calls(max_calls: int, turns: int, policies: list[str], llm_model=None) -> dict:
+    from voicepipe.models import load_llm
+    from voicepipe.stages.asr_whisper import WhisperASR
+    from voicepipe.stages.tts_piper import PiperTTS
+
+    model, tokenizer = load_llm(llm_model)
+    asr, tts = WhisperASR(), PiperTTS()
+    questions = spoken_questions(tts)
+    report: dict = {"turns_per_call": turns, "policies": {}}
+    for policy in policies:
+        runtime = Runtime.start(model, tokenizer, asr, tts, policy, EngineConfig())
+        try:
+            await runtime.warm_up()
+            levels, held = [], 0
+            for calls in range(1, max_calls + 1):
+                level = await run_level(runtime, calls, turns, questions)
+                levels.append(level)
+                log.info("%s, %d calls: %s", policy, calls, level)
+                if level["deadline_hit_rate"] < 0.95:
+                    break
+                held = calls
+        finally:
+            runtime.close()
+        report["policies"][policy] = {"levels": levels, "max_calls_within_deadline": held}
+    return report
