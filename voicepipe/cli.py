@@ -41,6 +41,15 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
+def add_tts_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of every command that speaks."""
+    from voicepipe.stages.tts_select import TTS_CHOICES
+
+    parser.add_argument("--tts", choices=TTS_CHOICES, default="piper", help="TTS engine (default: piper)")
+    parser.add_argument("--tts-model", "--tts-voice", dest="tts_model", metavar="PATH",
+                        help="Piper voice .onnx (its .onnx.json beside it) or Coqui model directory")
+
+
 def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of every command that asks the LLM."""
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
@@ -85,15 +94,15 @@ def run_transcribe(args: argparse.Namespace) -> int:
 def add_say_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help="what to say")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write")
-    parser.add_argument("--tts-voice", metavar="ONNX", help="Piper voice .onnx (its .onnx.json beside it)")
+    add_tts_arguments(parser)
 
 
 def run_say(args: argparse.Namespace) -> int:
-    from voicepipe.stages.tts_piper import PiperTTS
+    from voicepipe.stages.tts_select import make_tts
 
     if not args.text.strip():
         raise UsageError("TEXT is empty: nothing to say")
-    tts = PiperTTS(args.tts_voice)
+    tts = make_tts(args.tts, args.tts_model)
     chunks = list(tts.synthesize(args.text))
     if not chunks:
         raise UsageError(f"TEXT {args.text!r} has nothing to pronounce")
@@ -124,21 +133,20 @@ def add_turn_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file for the reply")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
-    parser.add_argument("--tts-voice", metavar="ONNX", help="Piper voice .onnx (its .onnx.json beside it)")
+    add_tts_arguments(parser)
     add_llm_arguments(parser)
 
 
 def run_turn_command(args: argparse.Namespace) -> int:
-    from voicepipe.models import resolve_asr, resolve_llm, resolve_tts
+    from voicepipe.models import resolve_asr, resolve_llm
     from voicepipe.stages.asr_whisper import WhisperASR
-    from voicepipe.stages.tts_piper import PiperTTS
+    from voicepipe.stages.tts_select import make_tts
     from voicepipe.turn import run_turn
 
     read_audio(args.input, WhisperASR.sample_rate)  # fail on bad input before minutes of loading
     resolve_asr(args.asr_model)
-    resolve_tts(args.tts_voice)
     resolve_llm(args.llm_model)
-    asr, tts, llm = WhisperASR(args.asr_model), PiperTTS(args.tts_voice), make_llm_stage(args)
+    asr, tts, llm = WhisperASR(args.asr_model), make_tts(args.tts, args.tts_model), make_llm_stage(args)
     result = asyncio.run(run_turn(args.input, asr, llm, tts, generation_params(args), args.system))
     write_wav(args.output, result.audio, result.sample_rate)
     if args.json:
