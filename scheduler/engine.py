@@ -33,6 +33,14 @@ log = logging.getLogger(__name__)
 KNOBS = {"max_batch_tokens": (1, 8192), "max_batch_seqs": (1, 1024)}
 
 
+def notify(loop: asyncio.AbstractEventLoop, fn: Callable, *args: Any) -> None:
+    """Hand a result to a caller's event loop; a caller whose loop has closed just stops listening."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        log.debug("dropped a result for a closed event loop")
+
+
 @dataclass(order=True)
 class Job:
     """A device call (an ASR pass, a TTS sentence) waiting for its turn on the engine loop."""
@@ -100,7 +108,7 @@ class Engine:
         while not self._inbox.empty():
             self._inbox.get()()
         now = time.monotonic()
-        job_first = self.jobs and (self.planner.idle or self.jobs[0].key < self._model_key(now))
+        job_first = self.jobs and (self.planner.idle or self.jobs[0].key[:2] <= self._model_key(now))
         if job_first:
             self._run_job(heapq.heappop(self.jobs))
             return True
@@ -110,10 +118,15 @@ class Engine:
         return True
 
     def _model_key(self, now: float) -> tuple:
-        """The urgency of the model's pending work, comparable with a job's (class, deadline) key."""
+        """The urgency of the model's pending work, comparable with a job's (tier, deadline) key.
+
+        Pressing decodes share the top tier with realtime jobs (a final ASR pass, the next TTS sentence):
+        between them the earlier deadline goes first, and a job wins a tie, since it unblocks audio.
+        """
         seqs = self.planner.running + self.planner.waiting
-        if any(self.planner.pressing(s, now) for s in seqs):
-            return (-1,)
+        pressing = [s.deadline for s in seqs if self.planner.pressing(s, now)]
+        if pressing:
+            return (-1, min(pressing))
         return min((self.planner.effective_class(s, now), s.deadline or math.inf) for s in seqs)
 
     def _model_step(self, now: float) -> None:
@@ -223,7 +236,7 @@ class Engine:
     def _emit(self, seq: Sequence, out: Output) -> None:
         if seq.outbox is not None:
             loop, box = seq.outbox
-            loop.call_soon_threadsafe(box.put_nowait, out)
+            notify(loop, box.put_nowait, out)
 
     # -- requests in -------------------------------------------------------------------------------------
     def add_request(self, seq: Sequence) -> Sequence:
@@ -311,10 +324,10 @@ class Engine:
                     future.set_exception(error)
                 else:
                     future.set_result(result)
-            loop.call_soon_threadsafe(settle)
+            notify(loop, settle)
 
-        job = Job((int(cls), deadline or math.inf, next(self._job_order)), fn, kind, cls, time.monotonic(),
-                  done)
+        tier = -1 if cls is RequestClass.REALTIME else int(cls)
+        job = Job((tier, deadline or math.inf, next(self._job_order)), fn, kind, cls, time.monotonic(), done)
         self._call_in_loop(lambda: heapq.heappush(self.jobs, job))
         return await future
 

@@ -1,0 +1,342 @@
+"""The server end to end: a real websockets server on a loopback port, the real models, real clients.
+
+Speech is espeak-ng audio streamed in 20 ms frames in real time, as a microphone would send it. The server
+runs on this test module's event loop, so its tasks can be counted and its engine inspected directly.
+"""
+
+import asyncio
+import base64
+import json
+import time
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from voicepipe.audio import read_audio, resample, to_float32, to_pcm16
+from voicepipe.runtime import Runtime
+from voicepipe.server import VoiceServer
+from voicepipe.session import Limits
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SAMPLE_RATE = 16000
+FRAME = SAMPLE_RATE // 50  # 20 ms
+QUESTION = "What is the capital of France?"
+LONG_QUESTION = "Tell me about the history of Paris."  # the embedded LLM answers it at length
+TURN_TIMEOUT_S = 240  # a turn on a busy 2-core CPU
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def runtime(llm, asr, tts):
+    runtime = Runtime.start(*llm, asr, tts)
+    await runtime.warm_up()
+    yield runtime
+    runtime.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(runtime):
+    server = VoiceServer(runtime, Limits(max_calls=3))
+    await server.start("127.0.0.1", 0)
+    yield server
+    await server.close()
+
+
+@pytest.fixture(scope="module")
+def question(speech_wav) -> np.ndarray:
+    return read_audio(speech_wav(QUESTION), SAMPLE_RATE)
+
+
+class Call:
+    """A test client: reads every server message in the background and speaks in real time."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.events: list[dict] = []
+        self.frames: list[tuple[dict, bytes]] = []  # (the event before it: its response.audio.delta, the audio)
+        self.closed = False
+        self._new = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def open(cls, server: VoiceServer) -> "Call":
+        call = cls(await connect(f"ws://127.0.0.1:{server.port}/ws", max_size=None))
+        await call.wait("session.created", timeout=30)
+        return call
+
+    @property
+    def session_id(self) -> str:
+        return self.events[0]["session"]["id"]
+
+    async def _read(self) -> None:
+        try:
+            async for message in self.ws:
+                if isinstance(message, bytes):
+                    self.frames.append((self.events[-1], message))
+                else:
+                    self.events.append(json.loads(message))
+                self._new.set()
+        except ConnectionClosed:
+            pass
+        finally:
+            self.closed = True
+            self._new.set()
+
+    async def wait(self, kind: str, timeout: float = TURN_TIMEOUT_S, start: int = 0,
+                   response: str | None = None) -> dict:
+        """The first event of `kind` after index `start` (of `response`, if given), waiting for it."""
+        end = time.monotonic() + timeout
+        while True:
+            self._new.clear()
+            for event in self.events[start:]:
+                if event["type"] == kind and response in (None, response_id(event)):
+                    return event
+            assert not self.closed, f"connection closed before {kind}; saw {self.kinds()}"
+            await asyncio.wait_for(self._new.wait(), max(0.0, end - time.monotonic()))
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["type"] == kind]
+
+    def kinds(self) -> list[str]:
+        return [e["type"] for e in self.events if e["type"] != "scheduler.stats"]
+
+    async def send(self, event: dict | str | bytes) -> None:
+        await self.ws.send(event if isinstance(event, str | bytes) else json.dumps(event))
+
+    async def speak(self, audio: np.ndarray, silence_s: float = 1.0) -> None:
+        """Stream speech then silence as 20 ms PCM16 frames, in real time."""
+        pcm = to_pcm16(np.concatenate([audio, np.zeros(int(silence_s * SAMPLE_RATE), np.float32)]))
+        start = time.monotonic()
+        for i, offset in enumerate(range(0, len(pcm), FRAME)):
+            await asyncio.sleep(max(0.0, start + i * 0.02 - time.monotonic()))
+            await self.ws.send(pcm[offset:offset + FRAME].astype("<i2").tobytes())
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await self._reader
+
+
+def response_id(event: dict) -> str | None:
+    return event.get("response_id") or (event.get("response") or {}).get("id")
+
+
+def reply_text(call: Call, response: str) -> str:
+    return "".join(e["delta"] for e in call.of("response.text.delta") if e["response_id"] == response)
+
+
+def pinned_pages(engine) -> int:
+    return sum(len(pages) for pages, _ in list(engine.pool.pins.values()))
+
+
+async def settled(engine, timeout: float = 60.0) -> None:
+    """Wait until the engine holds no request and has no job queued (its pool is then safe to read)."""
+    end = time.monotonic() + timeout
+    while engine.requests or engine.jobs or not engine.planner.idle:
+        assert time.monotonic() < end, "the engine did not go idle"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)  # let aborts and releases already queued to the engine thread run
+
+
+async def calls_ended(server: VoiceServer, timeout: float = 30.0) -> None:
+    """Wait until the server has finished cleaning up every call (clients may leave before that)."""
+    end = time.monotonic() + timeout
+    while server.calls:
+        assert time.monotonic() < end, "calls were not cleaned up"
+        await asyncio.sleep(0.05)
+
+
+async def http_get(server: VoiceServer, path: str) -> tuple[int, dict[str, str], bytes]:
+    """A raw HTTP/1.1 GET, sending `path` exactly as given (no client-side normalisation of '..')."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+async def test_spoken_question_is_answered(server, runtime, question, words):
+    call = await Call.open(server)
+    try:
+        await call.speak(question)
+        started = await call.wait("input_audio_buffer.speech_started")
+        stopped = await call.wait("input_audio_buffer.speech_stopped")
+        assert stopped["item_id"] == started["item_id"]
+        assert stopped["audio_end_ms"] > started["audio_start_ms"]
+        transcript = (await call.wait("conversation.item.input_audio_transcription.completed"))["transcript"]
+        assert {"capital", "france"} <= words(transcript)
+        done = (await call.wait("response.done"))["response"]
+    finally:
+        await call.close()
+    assert done["status"] == "completed"
+    timings = done["timings"]
+    assert set(timings) >= {"final_transcript_s", "first_token_s", "first_sentence_s", "first_audio_s"}
+    assert 0 <= timings["final_transcript_s"] <= timings["first_token_s"] <= timings["first_audio_s"]
+    assert isinstance(done["deadline_met"], bool) and isinstance(done["underruns"], int)
+
+    answer = reply_text(call, done["id"])
+    assert len(call.of("response.text.delta")) > 1 and answer.strip()
+    assert call.frames, "no reply audio"
+    for meta, frame in call.frames:
+        assert meta["type"] == "response.audio.delta" and meta["bytes"] == len(frame)
+    rate = call.frames[0][0]["sample_rate"]
+    reply = resample(to_float32(np.frombuffer(b"".join(f for _, f in call.frames), "<i2")), rate, SAMPLE_RATE)
+    heard = await runtime.engine.run_job(lambda: runtime.asr.transcribe(reply))
+    said = words(answer)
+    assert len(words(heard) & said) >= max(2, len(said) // 3), (heard, answer)
+
+
+async def test_barge_in_cancels_the_reply(server, runtime, speech_wav, words):
+    call = await Call.open(server)
+    try:
+        await call.speak(read_audio(speech_wav(LONG_QUESTION), SAMPLE_RATE))
+        first = response_id(await call.wait("response.created"))
+        await call.wait("response.audio.delta", response=first)
+        mark = len(call.events)
+        await call.speak(read_audio(speech_wav("Stop. Tell me something else."), SAMPLE_RATE))
+        await call.wait("output_audio_buffer.cleared", start=mark, response=first)
+        cancelled = (await call.wait("response.done", start=mark, response=first))["response"]
+        assert cancelled["status"] == "cancelled"
+        second = response_id(await call.wait("response.created", start=mark))
+        assert second != first
+        await call.send({"type": "response.cancel"})
+        assert (await call.wait("response.done", start=mark, response=second))["response"]["status"] == "cancelled"
+
+        # The conversation keeps only the words the caller heard before speaking over them.
+        session = next(s for s in server.calls if s.id == call.session_id)
+        heard = next(i for i in session.conversation.items if i["role"] == "assistant")["content"]
+        full = reply_text(call, first)
+        assert len(heard.split()) < len(full.split()) and words(heard) <= words(full)
+
+        engine = runtime.engine
+        await settled(engine)
+        engine.check_pool()
+        assert session.id in engine.pool.pins  # the conversation prefix is kept for the next turn...
+        assert engine.pool.num_used == pinned_pages(engine) + len(engine.pool.lru)  # ...and nothing else is held
+    finally:
+        await call.close()
+
+
+async def test_two_calls_at_once(server, question):
+    calls = [await Call.open(server), await Call.open(server)]
+    try:
+        await asyncio.gather(*(c.speak(question) for c in calls))
+        done = await asyncio.gather(*(c.wait("response.done") for c in calls))
+    finally:
+        await asyncio.gather(*(c.close() for c in calls))
+    for call, event in zip(calls, done, strict=True):
+        assert event["response"]["status"] == "completed"
+        assert call.frames and reply_text(call, event["response"]["id"]).strip()
+
+
+async def test_bad_messages_get_errors_and_the_calls_go_on(server, runtime):
+    await calls_ended(server)
+    bystander, call = await Call.open(server), await Call.open(server)
+    try:
+        config = (runtime.engine.config.max_batch_tokens, runtime.engine.config.max_batch_seqs)
+        bad = [
+            ("not json", "invalid_json"),
+            ("[1, 2]", "invalid_event"),
+            ({"type": "conversation.nonsense"}, "unknown_event"),
+            (b"\x00" * (server.limits.max_message_bytes + 2), "message_too_large"),
+            (b"\x00\x01\x02", "invalid_audio"),
+            ({"type": "input_audio_buffer.append", "audio": "not base64!"}, "invalid_audio"),
+            ({"type": "session.update", "session": {"turn_detection": {"silence_duration_ms": 800},
+                                                    "scheduler": {"max_batch_tokens": 0}}}, "invalid_session_update"),
+            ({"type": "session.update", "session": {"turn_detection": {"threshold": "x"}}}, "invalid_session_update"),
+            ({"type": "session.update", "session": {"voice": "alloy"}}, "invalid_session_update"),
+        ]
+        for message, code in bad:
+            mark = len(call.events)
+            await call.send(message)
+            error = await call.wait("error", timeout=30, start=mark)
+            assert error["error"]["code"] == code, (message if len(message) < 200 else "big", error)
+            assert error["error"]["message"]
+        # Nothing of a refused update was applied...
+        session = next(s for s in server.calls if s.id == call.session_id)
+        assert session.config.turn_detection.silence_duration_ms == 500
+        assert (runtime.engine.config.max_batch_tokens, runtime.engine.config.max_batch_seqs) == config
+        # ...and both calls still answer.
+        mark = len(call.events)
+        await call.send({"type": "input_audio_buffer.append",
+                         "audio": base64.b64encode(bytes(2 * FRAME)).decode()})
+        await call.send({"type": "session.update", "session": {"turn_detection": {"silence_duration_ms": 600}}})
+        updated = await call.wait("session.updated", timeout=30, start=mark)
+        assert updated["session"]["turn_detection"]["silence_duration_ms"] == 600
+        assert not call.of("error")[len(bad):]
+        mark = len(bystander.events)
+        await bystander.send({"type": "session.update", "session": {}})
+        await bystander.wait("session.updated", timeout=30, start=mark)
+        assert not bystander.of("error")
+
+        # One call too many is told so, and closed with 1013 (try again later).
+        third = await Call.open(server)
+        extra = Call(await connect(f"ws://127.0.0.1:{server.port}/ws"))
+        try:
+            error = await extra.wait("error", timeout=30)
+            assert error["error"]["code"] == "too_many_calls"
+            await extra._reader
+            assert extra.ws.close_code == 1013
+            mark = len(third.events)
+            await third.send({"type": "session.update", "session": {}})
+            await third.wait("session.updated", timeout=30, start=mark)
+        finally:
+            await third.close()
+            await extra.close()
+    finally:
+        await asyncio.gather(call.close(), bystander.close())
+
+
+async def test_a_vanishing_client_leaks_nothing(server, runtime, question):
+    engine = runtime.engine
+    await calls_ended(server)
+    await settled(engine)
+    tasks_before = len(asyncio.all_tasks())
+    call = await Call.open(server)
+    await call.speak(question)
+    await call.wait("response.created")
+    call.ws.transport.abort()  # gone mid-turn, without a closing handshake
+    await call._reader
+
+    await calls_ended(server)
+    await settled(engine)
+    engine.check_pool()
+    assert call.session_id not in engine.pool.pins
+    assert engine.pool.num_used == pinned_pages(engine) + len(engine.pool.lru)
+    assert len(asyncio.all_tasks()) == tasks_before
+
+
+async def test_http(server):
+    status, headers, body = await http_get(server, "/")
+    assert status == 200 and headers["content-type"].startswith("text/html") and b"<html" in body.lower()
+    status, headers, _ = await http_get(server, "/app.js")
+    assert status == 200 and headers["content-type"].startswith("text/javascript")
+    status, headers, body = await http_get(server, "/metrics")
+    assert status == 200 and b"voicepipe_time_to_first_token_seconds" in body
+    for path in ("/../pyproject.toml", "/%2e%2e/pyproject.toml", "/..%2fpyproject.toml", "/missing.html"):
+        status, _, body = await http_get(server, path)
+        assert status == 404, path
+        assert b"voicepipe" not in body
+
+
+async def test_idle_and_overlong_utterances_are_reported(runtime, question):
+    strict = VoiceServer(runtime, Limits(idle_timeout_s=5.0, max_utterance_s=1.0))
+    await strict.start("127.0.0.1", 0)
+    try:
+        call = await Call.open(strict)
+        await call.speak(question, silence_s=0.6)
+        error = await call.wait("error", timeout=30)
+        assert error["error"]["code"] == "utterance_too_long"
+        await call.wait("conversation.item.input_audio_transcription.completed")
+        error = await call.wait("error", start=call.events.index(error) + 1)
+        assert error["error"]["code"] == "idle_timeout"
+        await call._reader
+        assert call.ws.close_code == 1000
+    finally:
+        await strict.close()

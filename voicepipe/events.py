@@ -1,0 +1,166 @@
+"""The typed events that flow through one call's pipeline, from microphone audio to reply audio.
+
+Events are immutable records; the one mutable thing they may carry is the `Turn` they belong to, the shared
+record of one assistant response (its ids, timings and cancellation). Each stage handles the events it
+knows and passes every other event on unchanged, so the last stage sees everything the client should hear
+about.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from voicepipe.pipeline.turn import Turn
+
+
+def new_id(prefix: str) -> str:
+    """An id for a call, an item or a response, in the Realtime API's style (`item_3f9a...`)."""
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of every pipeline event."""
+
+
+# -- the caller ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AudioIn(Event):
+    """Microphone audio: float32 mono at 16 kHz."""
+
+    samples: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStarted(Event):
+    """The VAD heard speech begin; `audio_start_ms` includes the prefix padding kept before it."""
+
+    item_id: str
+    audio_start_ms: int
+    at: float  # time.monotonic() when it was detected
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechAudio(Event):
+    """Audio of the utterance in progress (prefix padding first), with the VAD's verdict on it."""
+
+    item_id: str
+    samples: np.ndarray
+    is_speech: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechPaused(Event):
+    """Silence began after speech: the utterance may be over, so its final transcription can start early.
+
+    `speech_samples` is how much of the utterance's audio holds all the speech heard so far.
+    """
+
+    item_id: str
+    speech_samples: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechStopped(Event):
+    """The end of the utterance is confirmed (enough silence, or the utterance grew too long)."""
+
+    item_id: str
+    audio_end_ms: int
+    at: float  # the end of speech every turn timing is measured from
+    speech_samples: int
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptDelta(Event):
+    """A partial transcription pass: newly committed words, and the whole current partial text."""
+
+    item_id: str
+    delta: str
+    partial: str
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptFinal(Event):
+    """The final transcript of an utterance."""
+
+    item_id: str
+    text: str
+    speech_end: float  # SpeechStopped.at
+    ready_s: float  # seconds from the end of speech to this transcript
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested(Event):
+    """The client asked to cancel the response in progress."""
+
+
+# -- the assistant -------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ResponseCreated(Event):
+    """A turn began: the LLM request for it is queued."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta(Event):
+    """New text from the LLM."""
+
+    turn: Turn
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextDone(Event):
+    """The LLM finished writing this turn's text."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence(Event):
+    """A sentence or clause of the reply, ready to be spoken."""
+
+    turn: Turn
+    text: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class AudioOut(Event):
+    """Reply audio: int16 mono at the TTS rate, synthesized from sentence `index`."""
+
+    turn: Turn
+    pcm: np.ndarray
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCancelled(Event):
+    """The turn was cancelled (barge-in, client request, or the call ending)."""
+
+    turn: Turn
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDone(Event):
+    """All of the turn's audio has been synthesized and sent; its timings are final."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Error(Event):
+    """Something the client should be told about; the call goes on."""
+
+    code: str
+    message: str
+    type: str = "invalid_request_error"

@@ -1,0 +1,160 @@
+"""Streaming speech recognition: partial transcripts while the caller speaks, the final one when they stop."""
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from scheduler import Engine, RequestClass
+from voicepipe.audio import resample
+from voicepipe.events import (
+    Event,
+    SpeechAudio,
+    SpeechPaused,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptDelta,
+    TranscriptFinal,
+)
+from voicepipe.pipeline.agreement import Agreement
+from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.stage import Stage, device_call
+from voicepipe.stages.base import ASR
+from voicepipe.vad import SAMPLE_RATE
+
+MIN_PARTIAL_S = 0.5  # shorter audio gives Whisper too little to say anything stable
+# Partial passes take at most one part in PARTIAL_SHARE of the time: a pass still running when the caller
+# stops delays the final one, so on a slow device they are spaced out rather than run back to back.
+PARTIAL_SHARE = 3
+ASR_JOBS = ("asr_warm_up", "asr_partial", "asr_final")  # job kinds whose durations measure an ASR pass
+
+
+@dataclass(eq=False)
+class _Utterance:
+    item_id: str
+    last_pass: float  # when the last partial pass started (the utterance's start at first)
+    chunks: list[np.ndarray] = field(default_factory=list)
+    samples: int = 0
+    agreement: Agreement = field(default_factory=Agreement)
+    partial_text: str = ""
+    partial_task: asyncio.Task | None = None
+    early: tuple[int, asyncio.Task] | None = None  # (speech samples it covers, final pass started early)
+
+    def audio(self) -> np.ndarray:
+        return np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.float32)
+
+
+class ASRStage(Stage):
+    """Whisper pads every pass to 30 s, so a pass costs about the same however short the audio.
+
+    Partial passes are therefore optional work: INTERACTIVE jobs, one at a time, at most every
+    `partial_interval_s` (or every PARTIAL_SHARE passes' time, when a pass is slow), skipped while the
+    engine has other jobs or realtime requests. Words two passes
+    agree on are committed. The final pass is a REALTIME job started at the first pause, before the end
+    of speech is confirmed, and used if the caller said nothing more; otherwise it is run again on the
+    whole utterance.
+    """
+
+    def __init__(self, engine: Engine, asr: ASR, config: CallConfig) -> None:
+        super().__init__()
+        self.engine, self.asr, self.config = engine, asr, config
+        self.utterance: _Utterance | None = None
+        self._last_final: asyncio.Task | None = None
+
+    async def process(self, event: Event) -> None:
+        utt = self.utterance
+        if isinstance(event, SpeechStarted):
+            self.utterance = _Utterance(event.item_id, event.at)
+            self.emit(event)
+        elif isinstance(event, SpeechAudio):
+            if utt is not None and utt.item_id == event.item_id:
+                utt.chunks.append(event.samples)
+                utt.samples += len(event.samples)
+                if event.is_speech:
+                    if utt.early is not None:  # speech resumed: the early final pass missed some of it
+                        utt.early[1].cancel()
+                        utt.early = None
+                    self._maybe_partial(utt)
+        elif isinstance(event, SpeechPaused):
+            if utt is not None and utt.item_id == event.item_id:
+                self._start_early_final(utt, event)
+        elif isinstance(event, SpeechStopped):
+            self.emit(event)
+            if utt is not None and utt.item_id == event.item_id:
+                self.utterance = None
+                if utt.partial_task is not None:
+                    utt.partial_task.cancel()  # skipped if it has not started
+                self._last_final = self.spawn(self._final(utt, event, self._last_final))
+        else:
+            self.emit(event)
+
+    # -- partial passes --------------------------------------------------------------------------------------
+    def _maybe_partial(self, utt: _Utterance) -> None:
+        now = time.monotonic()
+        if (utt.partial_task is not None or utt.samples < MIN_PARTIAL_S * SAMPLE_RATE
+                or now - utt.last_pass < self.config.partial_interval_s or self._engine_busy()
+                or now - utt.last_pass < PARTIAL_SHARE * self._pass_seconds()):
+            return
+        utt.last_pass = now
+        utt.partial_task = self.spawn(self._partial(utt))
+
+    def _pass_seconds(self) -> float:
+        """The mean time of an ASR pass so far, over all calls (from the engine's job metrics)."""
+        registry = self.engine.metrics.registry
+        total = count = 0.0
+        for kind in ASR_JOBS:
+            total += registry.get_sample_value("voicepipe_job_duration_seconds_sum", {"kind": kind}) or 0.0
+            count += registry.get_sample_value("voicepipe_job_duration_seconds_count", {"kind": kind}) or 0.0
+        return total / count if count else 0.0
+
+    def _engine_busy(self) -> bool:
+        """Other jobs queued, or a realtime request in flight (a read of the engine's state, not a lock)."""
+        planner = self.engine.planner
+        seqs = [*planner.running, *planner.waiting]
+        return bool(self.engine.jobs) or any(s.cls is RequestClass.REALTIME for s in seqs)
+
+    async def _partial(self, utt: _Utterance) -> None:
+        try:
+            text = await self._transcribe(utt.audio(), RequestClass.INTERACTIVE, None, "asr_partial")
+        finally:
+            utt.partial_task = None
+        if self.utterance is not utt:
+            return  # the utterance ended meanwhile: its final transcript is on the way
+        delta, whole = utt.agreement.update(text)
+        if whole != utt.partial_text:
+            utt.partial_text = whole
+            self.emit(TranscriptDelta(utt.item_id, delta, whole))
+
+    # -- the final pass --------------------------------------------------------------------------------------
+    def _start_early_final(self, utt: _Utterance, paused: SpeechPaused) -> None:
+        if utt.early is not None:
+            utt.early[1].cancel()
+        if utt.partial_task is not None:
+            utt.partial_task.cancel()
+        wait = self.config.turn_detection.silence_duration_ms - self.config.early_final_ms
+        due = paused.at + max(0, wait) / 1000  # when the end of speech would be confirmed
+        task = self.spawn(self._transcribe(utt.audio(), RequestClass.REALTIME, due, "asr_final"))
+        utt.early = (paused.speech_samples, task)
+
+    async def _final(self, utt: _Utterance, stopped: SpeechStopped, previous: asyncio.Task | None) -> None:
+        text = None
+        if utt.early is not None:
+            covered, task = utt.early
+            if stopped.speech_samples <= covered:
+                await asyncio.wait({task})
+                if not task.cancelled() and task.exception() is None:
+                    text = task.result()
+            else:
+                task.cancel()
+        if text is None:
+            text = await self._transcribe(utt.audio(), RequestClass.REALTIME, stopped.at, "asr_final")
+        if previous is not None:
+            await asyncio.wait({previous})  # transcripts go out in the order the utterances ended
+        self.emit(TranscriptFinal(utt.item_id, text, stopped.at, time.monotonic() - stopped.at))
+
+    async def _transcribe(self, audio: np.ndarray, cls: RequestClass, deadline: float | None, kind: str) -> str:
+        audio = resample(audio, SAMPLE_RATE, self.asr.sample_rate)
+        text = await device_call(self.engine, partial(self.asr.transcribe, audio), cls, deadline, kind)
+        return text or ""

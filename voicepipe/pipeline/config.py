@@ -1,0 +1,27 @@
+"""What one call may tune: the assistant's instructions, its answers and its deadlines."""
+
+from dataclasses import dataclass, field
+
+from voicepipe.vad import TurnDetection
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a friendly voice assistant. Your replies are spoken aloud, so answer in one to three short "
+    "sentences of plain text, without lists or markdown."
+)
+
+
+@dataclass(slots=True)
+class CallConfig:
+    instructions: str = DEFAULT_INSTRUCTIONS
+    turn_detection: TurnDetection = field(default_factory=TurnDetection)
+    # Time to first audio, measured from the end of speech: the deadline each turn is scheduled against.
+    ttfa_s: float = 1.5
+    max_tokens: int = 96
+    temperature: float = 0.0
+    # Partial transcripts re-transcribe the growing utterance at most this often.
+    partial_interval_s: float = 1.0
+    # Silence after which the final transcription starts, before the end of speech is confirmed.
+    early_final_ms: int = 200
+    max_utterance_s: float = 30.0
+    # The oldest messages are dropped once the prompt would grow past this.
+    max_prompt_tokens: int = 2048

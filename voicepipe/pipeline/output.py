@@ -1,0 +1,139 @@
+"""The last stage: what the client hears about, the reply audio it plays, and each turn's final numbers."""
+
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from scheduler import Engine
+from voicepipe.events import (
+    AudioOut,
+    CancelRequested,
+    Error,
+    Event,
+    ResponseCreated,
+    SpeechStarted,
+    SpeechStopped,
+    TextDelta,
+    TranscriptDelta,
+    TranscriptFinal,
+    TurnCancelled,
+    TurnDone,
+)
+from voicepipe.pipeline.pacing import Pacing
+from voicepipe.pipeline.stage import Stage
+from voicepipe.pipeline.turn import Turn
+
+# send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
+Send = Callable[..., Awaitable[None]]
+MAX_FRAME_S = 2.0  # longer sentences go out in several frames, well under the usual 1 MiB message limits
+CANCEL_REASONS = {"barge_in": "turn_detected", "client_cancelled": "client_cancelled"}
+
+
+def error_message(code: str, message: str, kind: str = "invalid_request_error") -> dict:
+    return {"type": "error", "error": {"type": kind, "code": code, "message": message}}
+
+
+class ClientOutput(Stage):
+    """Turns events into protocol messages and paces the reply audio against the caller's playback.
+
+    After each audio chunk the LLM request's deadline moves to when the caller's buffered audio will run
+    out, less the time a sentence takes to synthesize, so the scheduler presses a turn only when its
+    listener is about to hear silence. A chunk sent after the buffer ran dry is an underrun.
+    """
+
+    def __init__(self, send: Send, engine: Engine, pacing: Pacing, sample_rate: int) -> None:
+        super().__init__()
+        self.send, self.engine, self.pacing, self.sample_rate = send, engine, pacing, sample_rate
+        self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
+
+    async def process(self, event: Event) -> None:
+        now = time.monotonic()
+        if isinstance(event, SpeechStarted):
+            await self.send({"type": "input_audio_buffer.speech_started", "item_id": event.item_id,
+                             "audio_start_ms": event.audio_start_ms})
+            await self._interrupt(now)
+        elif isinstance(event, CancelRequested):
+            await self._interrupt(now)
+        elif isinstance(event, SpeechStopped):
+            await self.send({"type": "input_audio_buffer.speech_stopped", "item_id": event.item_id,
+                             "audio_end_ms": event.audio_end_ms})
+        elif isinstance(event, TranscriptDelta):
+            await self.send({"type": "conversation.item.input_audio_transcription.delta", "item_id": event.item_id,
+                             "delta": event.delta, "partial": event.partial})
+        elif isinstance(event, TranscriptFinal):
+            await self.send({"type": "conversation.item.input_audio_transcription.completed",
+                             "item_id": event.item_id, "transcript": event.text})
+        elif isinstance(event, ResponseCreated):
+            await self.send({"type": "response.created",
+                             "response": {"id": event.turn.response_id, "status": "in_progress"}})
+        elif isinstance(event, TextDelta):
+            await self.send({"type": "response.text.delta", "response_id": event.turn.response_id,
+                             "delta": event.text})
+        elif isinstance(event, AudioOut):
+            step = int(MAX_FRAME_S * self.sample_rate)
+            for start in range(0, len(event.pcm), step):
+                await self._play(event.turn, event.index, event.pcm[start:start + step], time.monotonic())
+        elif isinstance(event, TurnDone):
+            if event.turn.playback:
+                await self.send({"type": "response.audio.done", "response_id": event.turn.response_id})
+            await self._finish(event.turn, "completed")
+        elif isinstance(event, TurnCancelled):
+            if not event.turn.finished:
+                await self._stop_audio(event.turn, now)
+                await self._finish(event.turn, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
+        elif isinstance(event, Error):
+            await self.send(error_message(event.code, event.message, event.type))
+
+    async def _play(self, turn: Turn, index: int, pcm: np.ndarray, now: float) -> None:
+        if turn.cancelled:
+            return
+        seconds = len(pcm) / self.sample_rate
+        first = not turn.playback
+        start, gap = self.pacing.schedule(seconds, now)
+        if first:
+            turn.mark("first_audio", now)
+        elif gap > 0:
+            turn.underruns += 1
+            self.engine.metrics.underruns.inc()
+        turn.playback.append((index, start, seconds))
+        self._audible = turn
+        self.pacing.repace(turn)
+        await self.send({"type": "response.audio.delta", "response_id": turn.response_id,
+                         "bytes": 2 * len(pcm), "sample_rate": self.sample_rate},
+                        pcm.astype("<i2", copy=False).tobytes())
+
+    async def _interrupt(self, now: float) -> None:
+        """The caller spoke or asked to cancel: audio still playing stops, even of a finished reply."""
+        if self._audible is not None and self.pacing.buffered(now) > 0:
+            await self._stop_audio(self._audible, now)
+
+    async def _stop_audio(self, turn: Turn, now: float) -> None:
+        """Cut the turn's audio off: the conversation keeps only the text the caller heard."""
+        turn.stop_audio(now)
+        turn.message["content"] = turn.played_text(now)
+        if self._audible is turn:
+            self._audible = None
+            self.pacing.clear(now)
+            await self.send({"type": "output_audio_buffer.cleared", "response_id": turn.response_id})
+
+    async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:
+        turn.finished = True
+        metrics = self.engine.metrics
+        first_audio = turn.timings.get("first_audio")
+        met: bool | None = None
+        if first_audio is not None:
+            met = turn.speech_end + first_audio <= turn.deadline
+            metrics.ttfa.observe(first_audio)
+        elif time.monotonic() > turn.deadline:
+            met = False
+        outcome = {True: "met", False: "missed"}.get(met, "cancelled" if status == "cancelled" else "no_audio")
+        metrics.deadlines.labels(outcome).inc()
+        for stage, seconds in turn.timings.items():
+            metrics.turn_stage.labels(stage).observe(seconds)
+        response = {"id": turn.response_id, "status": status,
+                    "timings": {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()},
+                    "deadline_met": met, "underruns": turn.underruns}
+        if reason is not None:
+            response["status_details"] = {"type": status, "reason": reason}
+        await self.send({"type": "response.done", "response": response})

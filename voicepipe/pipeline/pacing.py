@@ -1,0 +1,66 @@
+"""The caller's playback clock, and the deadlines it sets for the LLM and TTS work of a turn."""
+
+import time
+
+from scheduler import Engine
+from voicepipe.pipeline.turn import Turn
+
+
+class Pacing:
+    """When the audio sent to this caller will run out, assuming it plays in real time from arrival:
+    each chunk starts when it arrives or when the one before it ends, whichever is later.
+
+    The LLM must have the next sentence before that moment, less the time a sentence takes to synthesize
+    (before any audio, the turn's time-to-first-audio deadline stands in for it). Sentences already
+    waiting for synthesis count as audio to come, at their estimated length: until they are spoken the
+    LLM is not what the caller waits for, so their synthesis is not kept waiting behind its decodes.
+    """
+
+    def __init__(self, engine: Engine, tts_estimate_s: float = 0.4, chars_per_s: float = 15.0) -> None:
+        self.engine = engine
+        self.playout_end = 0.0
+        self.tts_estimate_s = tts_estimate_s  # time to synthesize a sentence
+        self.chars_per_s = chars_per_s  # characters of text per second of speech
+
+    # -- the playback clock ----------------------------------------------------------------------------------
+    def buffered(self, now: float) -> float:
+        return max(0.0, self.playout_end - now)
+
+    def schedule(self, seconds: float, now: float) -> tuple[float, float]:
+        """Queue a chunk for playback; returns its start and the gap the caller heard before it."""
+        gap = max(0.0, now - self.playout_end)
+        start = max(now, self.playout_end)
+        self.playout_end = start + seconds
+        return start, gap
+
+    def clear(self, now: float) -> None:
+        """The caller dropped its queued audio."""
+        self.playout_end = min(self.playout_end, now)
+
+    # -- sentences -------------------------------------------------------------------------------------------
+    def expect(self, turn: Turn, index: int, text: str) -> None:
+        """A sentence was handed to synthesis: its audio is on the way."""
+        turn.pending[index] = len(text) / self.chars_per_s
+        self.repace(turn)
+
+    def synthesized(self, turn: Turn, index: int, text: str, audio_s: float, work_s: float) -> None:
+        """A sentence became `audio_s` of audio in `work_s` (both smoothed into the estimates)."""
+        turn.pending.pop(index, None)
+        if audio_s > 0:
+            self.chars_per_s = 0.7 * self.chars_per_s + 0.3 * len(text) / audio_s
+            self.tts_estimate_s = 0.7 * self.tts_estimate_s + 0.3 * work_s
+
+    # -- deadlines -------------------------------------------------------------------------------------------
+    def tts_deadline(self, turn: Turn) -> float:
+        return self.playout_end if turn.playback else turn.deadline
+
+    def llm_deadline(self, turn: Turn, now: float) -> float:
+        audio_end = self.tts_deadline(turn)
+        if turn.pending:
+            audio_end = max(audio_end, now + self.tts_estimate_s) + sum(turn.pending.values())
+        return audio_end - self.tts_estimate_s
+
+    def repace(self, turn: Turn) -> None:
+        """Move the turn's LLM request to its current deadline."""
+        if not (turn.llm_done or turn.cancelled):
+            self.engine.set_deadline(turn.request_id, self.llm_deadline(turn, time.monotonic()))

@@ -1,0 +1,64 @@
+"""One assistant response: the record its stages share, and what of it the caller actually heard."""
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Turn:
+    """Ids, deadline, timings and playback of one response.
+
+    Timings are seconds from the end of the caller's speech (`speech_end`), keyed by stage:
+    final_transcript, first_token, first_sentence, first_audio.
+    """
+
+    response_id: str
+    request_id: str
+    item_id: str  # the user utterance it answers
+    speech_end: float
+    deadline: float  # when its first audio is due
+    message: dict[str, str]  # its assistant message in the conversation
+    text: str = ""
+    sentences: list[str] = field(default_factory=list)
+    playback: list[tuple[int, float, float]] = field(default_factory=list)  # (sentence, start, seconds)
+    pending: dict[int, float] = field(default_factory=dict)  # sentence -> estimated seconds, being synthesized
+    timings: dict[str, float] = field(default_factory=dict)
+    underruns: int = 0
+    audio_stopped_at: float | None = None  # when the caller's playback of it was cut off
+    llm_done: bool = False
+    cancelled: bool = False
+    finished: bool = False  # response.done was sent
+
+    @property
+    def active(self) -> bool:
+        return not (self.cancelled or self.finished)
+
+    def mark(self, stage: str, now: float | None = None) -> None:
+        """Record when a stage first happened (later calls keep the first time)."""
+        self.timings.setdefault(stage, (time.monotonic() if now is None else now) - self.speech_end)
+
+    def stop_audio(self, now: float) -> None:
+        """The caller's playback was cut off at `now`: nothing later counts as heard."""
+        if self.audio_stopped_at is None:
+            self.audio_stopped_at = now
+
+    def played_text(self, now: float) -> str:
+        """The reply as far as the caller heard it by `now`: whole sentences, then a share of the words of
+        the sentence playing, in proportion to its audio played (as the Realtime API truncates)."""
+        if self.audio_stopped_at is not None:
+            now = min(now, self.audio_stopped_at)
+        total: dict[int, float] = defaultdict(float)
+        played: dict[int, float] = defaultdict(float)
+        for index, start, seconds in self.playback:
+            total[index] += seconds
+            played[index] += min(max(now - start, 0.0), seconds)
+        heard: list[str] = []
+        for index in sorted(total):
+            words = self.sentences[index].split()
+            share = played[index] / total[index] if total[index] else 1.0
+            keep = len(words) if share >= 0.999 else int(share * len(words))
+            heard += words[:keep]
+            if keep < len(words):
+                break
+        return " ".join(heard)

@@ -1,0 +1,37 @@
+"""The first stage: endpointing, turning microphone audio into utterances."""
+
+import time
+
+from voicepipe.events import AudioIn, Error, Event, SpeechAudio, SpeechPaused, SpeechStarted, SpeechStopped, new_id
+from voicepipe.pipeline.stage import Stage
+from voicepipe.vad import SAMPLE_RATE, Endpointer
+
+
+class VADStage(Stage):
+    """Runs the VAD inline on each piece of audio (it costs well under a millisecond per window)."""
+
+    def __init__(self, endpointer: Endpointer) -> None:
+        super().__init__()
+        self.endpointer = endpointer
+        self.item_id = ""
+
+    async def process(self, event: Event) -> None:
+        if not isinstance(event, AudioIn):
+            self.emit(event)
+            return
+        now = time.monotonic()
+        for found in self.endpointer.feed(event.samples):
+            ms = found.position * 1000 // SAMPLE_RATE
+            if found.kind == "start":
+                self.item_id = new_id("item")
+                self.emit(SpeechStarted(self.item_id, ms, now))
+            elif found.kind == "audio":
+                self.emit(SpeechAudio(self.item_id, found.audio, found.is_speech))
+            elif found.kind == "pause":
+                self.emit(SpeechPaused(self.item_id, found.speech_samples, now))
+            else:
+                self.emit(SpeechStopped(self.item_id, ms, now, found.speech_samples, found.truncated))
+                if found.truncated:
+                    limit = self.endpointer.max_utterance_s
+                    self.emit(Error("utterance_too_long", f"speech longer than {limit:g} s was cut there and "
+                                    "transcribed; the rest is ignored until the next pause"))

@@ -1,0 +1,54 @@
+"""What a server needs, built once and shared by every call: the three models and the engine that runs
+all of their device work. `serve`, the benchmarks and the tests all start from here."""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
+from voicepipe.stages.base import ASR, TTS, chat_prompt_ids
+
+
+@dataclass
+class Runtime:
+    engine: Engine
+    tokenizer: Any
+    asr: ASR
+    tts: TTS
+
+    @classmethod
+    def load(cls, llm_model: str | Path | None = None, asr_model: str | Path | None = None,
+             tts_voice: str | Path | None = None, policy: str = "o4", config: EngineConfig | None = None
+             ) -> "Runtime":
+        """Load the models (the embedded defaults unless paths are given) and start the engine."""
+        from voicepipe.models import load_llm
+        from voicepipe.stages.asr_whisper import WhisperASR
+        from voicepipe.stages.tts_piper import PiperTTS
+
+        model, tokenizer = load_llm(llm_model)
+        return cls.start(model, tokenizer, WhisperASR(asr_model), PiperTTS(tts_voice), policy, config)
+
+    @classmethod
+    def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = "o4",
+              config: EngineConfig | None = None) -> "Runtime":
+        """Start an engine over models already loaded."""
+        if policy not in ("o4", "fcfs"):
+            raise ValueError(f"policy must be 'o4' or 'fcfs', not {policy!r}")
+        engine = Engine(model, tokenizer, (config or EngineConfig()).with_knobs(policy=policy))
+        engine.start()
+        return cls(engine, tokenizer, asr, tts)
+
+    async def warm_up(self) -> None:
+        """Run each model once, so the first caller does not wait for lazy initialisation."""
+        silence = np.zeros(self.asr.sample_rate, np.float32)
+        await self.engine.run_job(lambda: self.asr.transcribe(silence), RequestClass.BATCH, kind="asr_warm_up")
+        await self.engine.run_job(lambda: list(self.tts.synthesize("Hello.")), RequestClass.BATCH,
+                                  kind="tts_warm_up")
+        prompt = chat_prompt_ids(self.tokenizer, [{"role": "user", "content": "Hello."}])
+        async for _ in self.engine.generate(prompt, SamplingParams(max_tokens=2), RequestClass.BATCH):
+            pass
+
+    def close(self) -> None:
+        self.engine.stop()

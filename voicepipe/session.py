@@ -1,0 +1,235 @@
+"""One call: its pipeline, the client's messages, and cleaning everything up when the client goes away."""
+
+import asyncio
+import base64
+import binascii
+import copy
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from scheduler.engine import KNOBS
+from voicepipe.audio import to_float32
+from voicepipe.events import AudioIn, CancelRequested, new_id
+from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline.output import error_message
+from voicepipe.runtime import Runtime
+from voicepipe.vad import SAMPLE_RATE
+
+log = logging.getLogger(__name__)
+STATS_INTERVAL_S = 0.5
+MAX_INSTRUCTIONS = 8000
+TURN_DETECTION_RANGES = {"threshold": (0.01, 0.99), "prefix_padding_ms": (0, 2000),
+                         "silence_duration_ms": (100, 5000)}
+
+
+@dataclass(slots=True)
+class Limits:
+    """What one server allows each call (and how many calls at once)."""
+
+    max_calls: int = 4
+    max_message_bytes: int = 1 << 20
+    max_utterance_s: float = 30.0
+    idle_timeout_s: float = 300.0
+
+
+class InvalidUpdate(ValueError):
+    """A session.update the session refuses; nothing of it was applied."""
+
+
+class Session:
+    """One websocket client and the pipeline answering it.
+
+    Every malformed message gets an `error` event and the call goes on. When the client goes away, the
+    pipeline's tasks are cancelled (which aborts the turn's LLM request and skips its unstarted jobs) and
+    the call's conversation prefix is released from the KV pool.
+    """
+
+    def __init__(self, ws: ServerConnection, runtime: Runtime, limits: Limits, config: CallConfig | None = None
+                 ) -> None:
+        self.ws, self.runtime, self.limits = ws, runtime, limits
+        self.id = new_id("sess")
+        self.config = copy.deepcopy(config) if config is not None else CallConfig()  # this call's own settings
+        self.config.max_utterance_s = limits.max_utterance_s
+        self.conversation = Conversation(self.config.instructions)
+        self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send)
+        self._send_lock = asyncio.Lock()
+
+    # -- the call --------------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the call until the client leaves or idles out; always cleans up."""
+        self.pipeline.start()
+        stats = asyncio.create_task(self._send_stats())
+        log.info("call %s started", self.id)
+        try:
+            await self.send({"type": "session.created", "session": self.describe()})
+            await self._receive()
+        finally:
+            stats.cancel()
+            await self.pipeline.stop()
+            await asyncio.gather(stats, return_exceptions=True)
+            self.runtime.engine.release_session(self.id)
+            log.info("call %s ended", self.id)
+
+    async def _receive(self) -> None:
+        while True:
+            try:
+                message = await asyncio.wait_for(self.ws.recv(), self.limits.idle_timeout_s)
+            except TimeoutError:
+                idle = self.limits.idle_timeout_s
+                await self.error("idle_timeout", f"no message for {idle:g} s; closing the call")
+                await self.ws.close(1000, "idle timeout")
+                return
+            except ConnectionClosed:
+                return
+            await self._handle(message)
+
+    async def send(self, *messages: dict | bytes) -> None:
+        """Send JSON events and binary frames together (an audio.delta stays next to its frame); a client
+        that has gone is noticed by the receiving loop, so a failed send is dropped here."""
+        async with self._send_lock:
+            for message in messages:
+                try:
+                    await self.ws.send(message if isinstance(message, bytes) else json.dumps(message))
+                except ConnectionClosed:
+                    return
+
+    async def error(self, code: str, message: str) -> None:
+        await self.send(error_message(code, message))
+
+    # -- client messages -------------------------------------------------------------------------------------
+    async def _handle(self, message: str | bytes) -> None:
+        size = len(message) if isinstance(message, bytes) else len(message.encode())
+        if size > self.limits.max_message_bytes:
+            await self.error("message_too_large",
+                             f"a message of {size} bytes is over the limit of {self.limits.max_message_bytes}")
+            return
+        if isinstance(message, bytes):
+            await self._audio(message)
+            return
+        try:
+            event = json.loads(message)
+        except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser goes
+            await self.error("invalid_json", f"the message is not valid JSON ({type(e).__name__}: {e})")
+            return
+        kind = event.get("type") if isinstance(event, dict) else None
+        if not isinstance(kind, str):
+            await self.error("invalid_event", "an event must be a JSON object with a string 'type'")
+        elif kind == "input_audio_buffer.append":
+            await self._append(event)
+        elif kind == "session.update":
+            await self._update(event)
+        elif kind == "response.cancel":
+            self.pipeline.push(CancelRequested())
+        else:
+            await self.error("unknown_event", f"unknown event type {kind!r}")
+
+    async def _audio(self, pcm: bytes) -> None:
+        if len(pcm) % 2:
+            await self.error("invalid_audio", f"PCM16 audio needs an even number of bytes, got {len(pcm)}")
+        elif pcm:
+            self.pipeline.push(AudioIn(to_float32(np.frombuffer(pcm, "<i2"))))
+
+    async def _append(self, event: dict) -> None:
+        audio = event.get("audio")
+        try:
+            if not isinstance(audio, str):
+                raise ValueError("'audio' must be a base64 string")
+            pcm = base64.b64decode(audio, validate=True)
+        except (ValueError, binascii.Error) as e:
+            await self.error("invalid_audio", f"input_audio_buffer.append: {e}")
+            return
+        await self._audio(pcm)
+
+    async def _update(self, event: dict) -> None:
+        try:
+            knobs = self._apply_update(event.get("session"))
+        except InvalidUpdate as e:
+            await self.error("invalid_session_update", str(e))
+            return
+        await self.send({"type": "session.updated", "session": self.describe(knobs)})
+
+    def _apply_update(self, update: Any) -> dict[str, int]:
+        """Check every field first, then apply them all; a bad one changes nothing."""
+        if not isinstance(update, dict):
+            raise InvalidUpdate("'session' must be an object")
+        unknown = set(update) - {"instructions", "scheduler", "turn_detection"}
+        if unknown:
+            raise InvalidUpdate(f"unknown session fields: {', '.join(sorted(unknown))}")
+        instructions = update.get("instructions", self.config.instructions)
+        if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS:
+            raise InvalidUpdate(f"instructions must be a string of at most {MAX_INSTRUCTIONS} characters")
+        detection = _check_turn_detection(update.get("turn_detection", {}))
+        knobs = update.get("scheduler", {})
+        if not isinstance(knobs, dict):
+            raise InvalidUpdate("scheduler must be an object")
+        if knobs:
+            try:
+                self.runtime.engine.update_config(**knobs)  # checks all knobs before applying any
+            except (ValueError, TypeError) as e:
+                raise InvalidUpdate(f"scheduler: {e}") from None
+        for name, value in detection.items():
+            setattr(self.config.turn_detection, name, value)
+        self.config.instructions = self.conversation.instructions = instructions
+        return knobs
+
+    def describe(self, knobs: dict[str, int] | None = None) -> dict:
+        """The session as the client sees it; `knobs` just accepted show before the engine applies them
+        between two steps. The knobs are the engine's, shared by every call."""
+        config = self.runtime.engine.config
+        scheduler = {"policy": config.policy, "max_batch_tokens": config.max_batch_tokens,
+                     "max_batch_seqs": config.max_batch_seqs, **(knobs or {})}
+        return {
+            "id": self.id,
+            "object": "realtime.session",
+            "instructions": self.config.instructions,
+            "input_audio_format": {"type": "pcm16", "sample_rate": SAMPLE_RATE},
+            "output_audio_format": {"type": "pcm16", "sample_rate": self.runtime.tts.sample_rate},
+            "turn_detection": {"type": "server_vad", **asdict(self.config.turn_detection)},
+            "time_to_first_audio_deadline_s": self.config.ttfa_s,
+            "scheduler": scheduler,
+            "limits": {**asdict(self.limits), "scheduler": {k: list(v) for k, v in KNOBS.items()}},
+        }
+
+    # -- scheduler stats -------------------------------------------------------------------------------------
+    async def _send_stats(self) -> None:
+        while True:
+            await asyncio.sleep(STATS_INTERVAL_S)
+            await self.send({"type": "scheduler.stats", "stats": page_stats(self.runtime)})
+
+
+def _check_turn_detection(update: Any) -> dict[str, float | int]:
+    if not isinstance(update, dict):
+        raise InvalidUpdate("turn_detection must be an object")
+    update = dict(update)
+    if update.pop("type", "server_vad") != "server_vad":
+        raise InvalidUpdate("turn_detection.type must be 'server_vad'")
+    checked: dict[str, float | int] = {}
+    for name, value in update.items():
+        if name not in TURN_DETECTION_RANGES:
+            raise InvalidUpdate(f"unknown turn_detection field {name!r}")
+        lo, hi = TURN_DETECTION_RANGES[name]
+        number = (float, int) if name == "threshold" else (int,)
+        if isinstance(value, bool) or not isinstance(value, number) or not lo <= value <= hi:
+            raise InvalidUpdate(f"turn_detection.{name} must be a number in [{lo}, {hi}]")
+        checked[name] = value
+    return checked
+
+
+def page_stats(runtime: Runtime) -> dict:
+    """engine.snapshot() trimmed to what a page draws, plus the deadline outcomes of all calls."""
+    snap = runtime.engine.snapshot()
+    registry = runtime.engine.metrics.registry
+
+    def outcome(name: str) -> int:
+        return int(registry.get_sample_value("voicepipe_turn_deadlines_total", {"outcome": name}) or 0)
+
+    steps = [{k: s[k] for k in ("t", "duration_s", "decode_tokens", "prefill_tokens", "seqs", "preempted")}
+             for s in snap["steps"][-20:]]
+    return {"config": snap["config"], "queues": snap["queues"], "tokens_per_s": snap["tokens_per_s"],
+            "pool": snap["pool"], "steps": steps, "deadlines": {"hit": outcome("met"), "miss": outcome("missed")}}

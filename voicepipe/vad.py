@@ -1,0 +1,172 @@
+"""Voice activity detection and endpointing: where an utterance starts and where it ends.
+
+Silero VAD scores each 32 ms window of 16 kHz audio; the ONNX model is the one faster-whisper ships, so
+nothing is downloaded. It runs inline on the call's own asyncio task, not as an engine job: a window costs
+well under a millisecond on one thread, so queueing it behind model steps would only add latency to
+barge-in and endpointing, where every window counts.
+
+Endpointing follows the OpenAI Realtime API's server VAD defaults: threshold 0.5, 300 ms of prefix padding
+kept before the detected start, and 500 ms of silence to end an utterance.
+"""
+
+import functools
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+WINDOW = 512  # samples per Silero window at 16 kHz (32 ms)
+CONTEXT = 64  # samples of the previous window the model sees before each window
+WINDOW_MS = 1000 * WINDOW // SAMPLE_RATE
+HYSTERESIS = 0.15  # once speaking, speech continues down to threshold - HYSTERESIS (as Silero does)
+
+
+def silero_model_path() -> Path:
+    """The Silero VAD ONNX file inside the installed faster-whisper."""
+    import faster_whisper
+
+    found = sorted((Path(faster_whisper.__file__).parent / "assets").glob("silero_vad*.onnx"))
+    if not found:
+        raise FileNotFoundError("faster-whisper ships no silero_vad*.onnx in its assets")
+    return found[-1]
+
+
+@functools.cache
+def _session(path: Path):
+    """One ONNX session for every call: the model's recurrent state lives with each caller, not in it."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # never spin against the engine
+    options.log_severity_level = 4
+    return onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+class SileroVAD:
+    """Speech probability per window, keeping the recurrent state and audio context of one stream."""
+
+    def __init__(self, model_path: Path | None = None) -> None:
+        self.session = _session(model_path or silero_model_path())
+        self.reset()
+
+    def reset(self) -> None:
+        self._h = np.zeros((1, 1, 128), np.float32)
+        self._c = np.zeros((1, 1, 128), np.float32)
+        self._context = np.zeros(CONTEXT, np.float32)
+
+    def __call__(self, window: np.ndarray) -> float:
+        """The probability that a window of WINDOW float32 samples holds speech."""
+        x = np.concatenate([self._context, window]).astype(np.float32, copy=False)[None, :]
+        prob, self._h, self._c = self.session.run(None, {"input": x, "h": self._h, "c": self._c})
+        self._context = window[-CONTEXT:]
+        return float(prob[0])
+
+
+@dataclass(slots=True)
+class TurnDetection:
+    """The endpointing settings a client may change with `session.update`."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """What the endpointer found in the audio fed to it.
+
+    start: speech began (`position` is where the utterance audio begins, prefix padding included).
+    audio: more utterance audio (`audio`), `is_speech` telling whether the VAD heard speech in it.
+    pause: silence began after speech; `speech_samples` of the utterance hold all its speech so far.
+    stop: the utterance ended at stream `position`; `truncated` when it was cut at the length limit.
+    """
+
+    kind: Literal["start", "audio", "pause", "stop"]
+    position: int  # samples since the stream began
+    audio: np.ndarray | None = None
+    is_speech: bool = False
+    speech_samples: int = 0
+    truncated: bool = False
+
+
+class Endpointer:
+    """Turns a stream of 16 kHz audio into utterances: start, their audio, an early pause, and the stop.
+
+    `early_pause_ms` of silence announces a pause before the end is confirmed, so the final transcription
+    can begin while the endpointer still waits for `silence_duration_ms`. An utterance reaching
+    `max_utterance_s` is cut there; the rest of that speech is ignored until the caller next falls silent.
+    """
+
+    def __init__(self, settings: TurnDetection | None = None, vad: SileroVAD | None = None,
+                 max_utterance_s: float = 30.0, early_pause_ms: int = 200) -> None:
+        self.settings = settings or TurnDetection()
+        self.vad = vad or SileroVAD()
+        self.max_utterance_s = max_utterance_s
+        self.max_windows = max(1, int(max_utterance_s * SAMPLE_RATE) // WINDOW)
+        self.early_pause_ms = early_pause_ms
+        self._pending = np.zeros(0, np.float32)
+        self._position = 0  # samples fed to the VAD so far
+        self._prefix: deque[np.ndarray] = deque()
+        self._state: Literal["idle", "speech", "cut"] = "idle"
+        self._windows = 0  # windows in the current utterance
+        self._silent = 0  # consecutive silent windows
+        self._paused = False
+
+    @property
+    def in_speech(self) -> bool:
+        return self._state == "speech"
+
+    def feed(self, samples: np.ndarray) -> list[Boundary]:
+        """Add audio; return what it revealed, in order."""
+        audio = np.concatenate([self._pending, np.asarray(samples, np.float32)])
+        whole = len(audio) // WINDOW * WINDOW
+        self._pending = audio[whole:]
+        found: list[Boundary] = []
+        for start in range(0, whole, WINDOW):
+            found += self._window(audio[start:start + WINDOW])
+        return found
+
+    def _window(self, window: np.ndarray) -> list[Boundary]:
+        prob = self.vad(window)
+        self._position += WINDOW
+        s = self.settings
+        if self._state == "idle":
+            if prob >= s.threshold:
+                return self._start(window)
+            self._prefix.append(window)
+            while len(self._prefix) * WINDOW_MS > s.prefix_padding_ms:
+                self._prefix.popleft()
+            return []
+        speech = prob >= max(0.01, s.threshold - HYSTERESIS)
+        self._silent = 0 if speech else self._silent + 1
+        if self._state == "cut":
+            if self._silent * WINDOW_MS >= s.silence_duration_ms:
+                self._state = "idle"
+            return []
+        self._windows += 1
+        found = [Boundary("audio", self._position, window, is_speech=speech)]
+        speech_samples = (self._windows - self._silent) * WINDOW
+        if speech:
+            self._paused = False
+        elif not self._paused and self._silent * WINDOW_MS >= self.early_pause_ms:
+            self._paused = True
+            found.append(Boundary("pause", self._position, speech_samples=speech_samples))
+        if self._silent * WINDOW_MS >= s.silence_duration_ms:
+            self._state = "idle"
+            found.append(Boundary("stop", self._position, speech_samples=speech_samples))
+        elif self._windows >= self.max_windows:
+            self._state, self._silent = "cut", 0
+            found.append(Boundary("stop", self._position, speech_samples=speech_samples, truncated=True))
+        return found
+
+    def _start(self, window: np.ndarray) -> list[Boundary]:
+        head = np.concatenate([*self._prefix, window])
+        self._prefix.clear()
+        self._state, self._windows, self._silent, self._paused = "speech", len(head) // WINDOW, 0, False
+        return [Boundary("start", self._position - len(head)),
+                Boundary("audio", self._position, head, is_speech=True)]
