@@ -16,9 +16,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from voicepipe.audio import read_audio, resample, to_float32, to_pcm16
+from voicepipe.limits import Limits
 from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
-from voicepipe.session import Limits
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

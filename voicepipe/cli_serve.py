@@ -3,7 +3,7 @@
 import argparse
 import asyncio
 
-from voicepipe.session import Limits
+from voicepipe.limits import Limits
 
 
 def _positive(text: str) -> int:

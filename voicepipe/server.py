@@ -13,10 +13,11 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig
 from voicepipe.pipeline.output import error_message
 from voicepipe.runtime import Runtime
-from voicepipe.session import Limits, Session
+from voicepipe.session import Session
 
 log = logging.getLogger(__name__)
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"

@@ -6,7 +6,7 @@ import binascii
 import copy
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosed
 from scheduler.engine import KNOBS
 from voicepipe.audio import to_float32
 from voicepipe.events import AudioIn, CancelRequested, new_id
+from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.output import error_message
 from voicepipe.runtime import Runtime
@@ -26,16 +27,6 @@ STATS_INTERVAL_S = 0.5
 MAX_INSTRUCTIONS = 8000
 TURN_DETECTION_RANGES = {"threshold": (0.01, 0.99), "prefix_padding_ms": (0, 2000),
                          "silence_duration_ms": (100, 5000)}
-
-
-@dataclass(slots=True)
-class Limits:
-    """What one server allows each call (and how many calls at once)."""
-
-    max_calls: int = 4
-    max_message_bytes: int = 1 << 20
-    max_utterance_s: float = 30.0
-    idle_timeout_s: float = 300.0
 
 
 class InvalidUpdate(ValueError):

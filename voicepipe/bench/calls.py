@@ -14,9 +14,9 @@ import websockets
 from scheduler import EngineConfig
 from voicepipe.audio import resample, to_pcm16
 from voicepipe.bench.engine_modes import percentile
+from voicepipe.limits import Limits
 from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
-from voicepipe.session import Limits
 
 log = logging.getLogger(__name__)
 QUESTIONS = ["What is the capital of France?", "How many legs does a spider have?", "What colour is the sky?",

@@ -1,0 +1,14 @@
+"""What one server allows: kept apart from the session so the CLI can show the defaults without loading
+the models' libraries."""
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Limits:
+    """What one server allows each call (and how many calls at once)."""
+
+    max_calls: int = 4
+    max_message_bytes: int = 1 << 20
+    max_utterance_s: float = 30.0
+    idle_timeout_s: float = 300.0
