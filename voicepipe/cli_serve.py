@@ -31,18 +31,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"calls served at once; more are refused (default: {default_calls})")
     parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
-    parser.add_argument("--tts-voice", metavar="ONNX", help="Piper voice .onnx file (its .onnx.json beside it)")
+    from voicepipe.cli import add_tts_arguments
+
+    add_tts_arguments(parser)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """Check every model path, load the models, warm them up, then serve until interrupted."""
-    from voicepipe.models import resolve_asr, resolve_llm, resolve_tts
+    from voicepipe.models import resolve_asr, resolve_llm
     from voicepipe.runtime import Runtime
     from voicepipe.server import run_server
+    from voicepipe.stages.tts_select import make_tts
 
     resolve_llm(args.llm_model)
     resolve_asr(args.asr_model)
-    resolve_tts(args.tts_voice)
-    runtime = Runtime.load(args.llm_model, args.asr_model, args.tts_voice, policy=args.policy)
+    tts = make_tts(args.tts, args.tts_model)  # a bad voice or model fails here, before the LLM loads
+    runtime = Runtime.load(args.llm_model, args.asr_model, policy=args.policy, tts=tts)
     asyncio.run(run_server(runtime, args.host, args.port, Limits(max_calls=args.max_calls)))
     return 0

@@ -20,15 +20,15 @@ class Runtime:
 
     @classmethod
     def load(cls, llm_model: str | Path | None = None, asr_model: str | Path | None = None,
-             tts_voice: str | Path | None = None, policy: str = "o4", config: EngineConfig | None = None
+             tts: TTS | None = None, policy: str = "o4", config: EngineConfig | None = None
              ) -> "Runtime":
-        """Load the models (the embedded defaults unless paths are given) and start the engine."""
+        """Load the models (the embedded defaults unless paths or a TTS stage are given); start the engine."""
         from voicepipe.models import load_llm
         from voicepipe.stages.asr_whisper import WhisperASR
         from voicepipe.stages.tts_piper import PiperTTS
 
         model, tokenizer = load_llm(llm_model)
-        return cls.start(model, tokenizer, WhisperASR(asr_model), PiperTTS(tts_voice), policy, config)
+        return cls.start(model, tokenizer, WhisperASR(asr_model), tts or PiperTTS(), policy, config)
 
     @classmethod
     def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = "o4",
