@@ -21,7 +21,7 @@ class EngineConfig:
     slab_bytes: int = 2 * 1024 * 1024
     num_slabs: int = 24
     reserve_frac: float = 0.08
-    compact_threshold: float = 0.25
+    compact_threshold: float = 0.15
     # A realtime request becomes pressing when its deadline is this close.
     pressing_window_s: float = 0.6
     # A waiting request climbs one class per aging_s of waiting (multi-level feedback queue).
