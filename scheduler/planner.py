@@ -2,8 +2,9 @@
 
 Each step is packed under two budgets, `max_batch_tokens` and `max_batch_seqs`. Under the `o4` policy the
 order is: pressing realtime decodes, other running decodes, then prefill shards by (aged) class and
-deadline. A realtime request is *pressing* when its deadline (the time its caller's buffered audio runs
-out, or its time-to-first-audio deadline) is within `pressing_window_s`. Waiting requests climb one class
+deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. A realtime request
+is *pressing* when its deadline (the time its caller's buffered audio runs out, or its time-to-first-audio
+deadline) is within `pressing_window_s`. Waiting requests climb one class
 per `aging_s` they wait, so batch work never starves. When pages run out, lower-priority work is preempted
 (its pages released, to be recomputed later, mostly from the prefix cache); a pressing realtime request
 never is.
@@ -101,9 +102,7 @@ class StepPlanner:
                 break
             if seq in plan.preempted or (seq.status is Status.WAITING and not self._admit(seq)):
                 continue
-            n = min(seq.remaining_prefill, tokens_left)
-            if self.config.policy == "o4":
-                n = min(n, self.config.shard_tokens)
+            n = self._chunk_size(seq, tokens_left)
             if not self._grow(seq, n, plan, planned, now):
                 continue
             plan.chunks.append(Chunk(seq, seq.num_cached, n))
@@ -111,6 +110,19 @@ class StepPlanner:
             tokens_left -= n
             seqs_left -= 1
         return plan
+
+    def _chunk_size(self, seq: Sequence, tokens_left: int) -> int:
+        """How many of seq's tokens this step carries: under `o4`, whole shards while the budget lasts.
+
+        A sequence may take several shards in one step once everything ahead of it is packed: decodes
+        never wait behind a prompt (they are packed first), and the most urgent prompt finishes sooner
+        than if every prompt crept forward one shard a step.
+        """
+        n = min(seq.remaining_prefill, tokens_left)
+        shard = self.config.shard_tokens
+        if self.config.policy == "o4" and shard <= n < seq.remaining_prefill:
+            n -= n % shard
+        return n
 
     def _admit(self, seq: Sequence) -> bool:
         """Start a waiting request if the pool can hold its prompt and its predicted output.

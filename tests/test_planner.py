@@ -44,7 +44,10 @@ def test_budgets_are_never_exceeded_on_a_random_workload():
     while not planner.idle:
         plan = run_step(planner, now=100.0 + steps)
         assert plan.num_tokens <= 96 and len(plan.chunks) <= 5
-        assert all(c.n <= 32 for c in plan.chunks)
+        left = 96
+        for c in plan.chunks:  # whole shards, but for a prompt's tail or the end of the budget
+            assert c.n % 32 == 0 or c.start + c.n >= c.seq.num_tokens - 1 or c.n == left  # (a token was added)
+            left -= c.n
         steps += 1
         assert steps < 2000
     assert planner.pool.num_used == len(planner.pool.lru)  # only cached pages remain
