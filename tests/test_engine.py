@@ -93,7 +93,7 @@ def test_fcfs_and_static_policies_give_the_same_tokens(llm, prompts, reference):
 
 
 def test_aborting_mid_prefill_and_mid_decode_frees_every_page(llm, prompts):
-    engine = Engine(*llm, EngineConfig(shard_tokens=16, num_slabs=4))
+    engine = Engine(*llm, EngineConfig(shard_tokens=16, max_batch_tokens=16, num_slabs=4))
     long, short = engine.add_request(Sequence(prompts[4], SamplingParams(max_tokens=50))), None
     engine.step()  # one shard of the long prompt is in
     assert 0 < long.num_cached < len(long.prompt_ids)
