@@ -39,6 +39,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Check every model path, load the models, warm them up, then serve until interrupted."""
     from voicepipe.models import resolve_asr, resolve_llm
+    from voicepipe.pipeline import CallConfig
     from voicepipe.runtime import Runtime
     from voicepipe.server import run_server
     from voicepipe.stages.tts_select import make_tts
@@ -47,5 +48,6 @@ def run_serve(args: argparse.Namespace) -> int:
     resolve_asr(args.asr_model)
     tts = make_tts(args.tts, args.tts_model)  # a bad voice or model fails here, before the LLM loads
     runtime = Runtime.load(args.llm_model, args.asr_model, policy=args.policy, tts=tts)
-    asyncio.run(run_server(runtime, args.host, args.port, Limits(max_calls=args.max_calls)))
+    call_config = CallConfig(ttfa_s=args.ttfa_deadline) if args.ttfa_deadline else None
+    asyncio.run(run_server(runtime, args.host, args.port, Limits(max_calls=args.max_calls), call_config))
     return 0

@@ -116,13 +116,14 @@ def _response(status: http.HTTPStatus, body: bytes, content_type: str) -> Respon
     return Response(status.value, status.phrase, headers, body)
 
 
-async def run_server(runtime: Runtime, host: str, port: int, limits: Limits | None = None) -> None:
+async def run_server(runtime: Runtime, host: str, port: int, limits: Limits | None = None,
+                     call_config: CallConfig | None = None) -> None:
     """Warm the models up, then serve until cancelled; prints the URL once the server listens.
 
     On the way out the calls are closed first, then the engine is stopped while this event loop still
     runs, so the aborts of their requests find a loop to report to.
     """
-    server = VoiceServer(runtime, limits)
+    server = VoiceServer(runtime, limits, call_config=call_config)
     try:
         await runtime.warm_up()
         await server.start(host, port)

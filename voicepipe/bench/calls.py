@@ -15,6 +15,7 @@ from scheduler import EngineConfig
 from voicepipe.audio import resample, to_pcm16
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.limits import Limits
+from voicepipe.pipeline import CallConfig
 from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
 
@@ -66,8 +67,9 @@ async def caller(url: str, questions: list[np.ndarray], turns: int, offset_s: fl
     return results
 
 
-async def run_level(runtime: Runtime, calls: int, turns: int, questions: list[np.ndarray]) -> dict:
-    server = VoiceServer(runtime, Limits(max_calls=calls))
+async def run_level(runtime: Runtime, calls: int, turns: int, questions: list[np.ndarray],
+                    call_config: CallConfig) -> dict:
+    server = VoiceServer(runtime, Limits(max_calls=calls), call_config=call_config)
     await server.start("127.0.0.1", 0)
     try:
         url = f"ws://127.0.0.1:{server.port}/ws"
@@ -96,7 +98,8 @@ def spoken_questions(tts) -> list[np.ndarray]:
     return out
 
 
-async def bench_calls(max_calls: int, turns: int, policies: list[str], llm_model=None) -> dict:
+async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
+                      llm_model=None) -> dict:
     from voicepipe.models import load_llm
     from voicepipe.stages.asr_whisper import WhisperASR
     from voicepipe.stages.tts_piper import PiperTTS
@@ -104,14 +107,15 @@ async def bench_calls(max_calls: int, turns: int, policies: list[str], llm_model
     model, tokenizer = load_llm(llm_model)
     asr, tts = WhisperASR(), PiperTTS()
     questions = spoken_questions(tts)
-    report: dict = {"turns_per_call": turns, "policies": {}}
+    call_config = CallConfig(ttfa_s=deadline_s) if deadline_s else CallConfig()
+    report: dict = {"turns_per_call": turns, "ttfa_deadline_s": call_config.ttfa_s, "policies": {}}
     for policy in policies:
         runtime = Runtime.start(model, tokenizer, asr, tts, policy, EngineConfig())
         try:
             await runtime.warm_up()
             levels, held = [], 0
             for calls in range(1, max_calls + 1):
-                level = await run_level(runtime, calls, turns, questions)
+                level = await run_level(runtime, calls, turns, questions, call_config)
                 levels.append(level)
                 log.info("%s, %d calls: %s", policy, calls, level)
                 if level["deadline_hit_rate"] < 0.95:

@@ -29,6 +29,8 @@ def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=4, metavar="N", help="the most simultaneous callers to try")
     parser.add_argument("--turns", type=int, default=2, help="questions each caller asks")
     parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
+    parser.add_argument("--deadline", type=float, metavar="S",
+                        help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
 
@@ -38,7 +40,7 @@ def run_calls_bench(args: argparse.Namespace) -> int:
 
     from voicepipe.bench.calls import bench_calls
 
-    report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.llm_model))
+    report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline, args.llm_model))
     report["machine"] = machine()
     for policy, result in report["policies"].items():
         print(f"\n{policy}: holds {result['max_calls_within_deadline']} calls with >= 95% of turns on time")
