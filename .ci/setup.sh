@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 extras="${1:-}"   # "test" also installs what the test suite needs (browser, promtool, test packages)
 
 apt_pkgs="espeak-ng sox libportaudio2"
-[ "$extras" = test ] && apt_pkgs="$apt_pkgs chromium prometheus"
+[ "$extras" = test ] && apt_pkgs="$apt_pkgs chromium prometheus pulseaudio pulseaudio-utils libasound2-plugins"
 missing=""
 for p in $apt_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ] && command -v apt-get >/dev/null; then

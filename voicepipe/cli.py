@@ -19,6 +19,7 @@ import numpy as np
 
 from voicepipe import __version__
 from voicepipe.audio import AudioError, read_audio, write_wav
+from voicepipe.cli_talk import add_talk_arguments, run_talk
 from voicepipe.llm_backends import BACKENDS
 from voicepipe.models import ModelError
 from voicepipe.stages.base import LLM, GenerationParams
@@ -198,6 +199,8 @@ def run_serve_command(args: argparse.Namespace) -> int:
 
 COMMANDS.append(Command("serve", "serve the web page and voice calls over websockets", add_serve_command_arguments,
                         run_serve_command))
+COMMANDS.append(Command("talk", "talk with the assistant through the microphone and speakers (use headphones)",
+                        add_talk_arguments, run_talk))
 COMMANDS.append(Command("bench", "measure the engine (bench engine) or whole calls (bench calls)",
                         add_bench_arguments, run_bench))
 

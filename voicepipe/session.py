@@ -10,7 +10,6 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
-from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from scheduler.engine import KNOBS
@@ -20,6 +19,7 @@ from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.output import error_message
 from voicepipe.runtime import Runtime
+from voicepipe.transport import Transport
 from voicepipe.vad import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class Session:
     the call's conversation prefix is released from the KV pool.
     """
 
-    def __init__(self, ws: ServerConnection, runtime: Runtime, limits: Limits, config: CallConfig | None = None
+    def __init__(self, ws: Transport, runtime: Runtime, limits: Limits, config: CallConfig | None = None
                  ) -> None:
         self.ws, self.runtime, self.limits = ws, runtime, limits
         self.id = new_id("sess")
@@ -153,8 +153,9 @@ class Session:
         if unknown:
             raise InvalidUpdate(f"unknown session fields: {', '.join(sorted(unknown))}")
         instructions = update.get("instructions", self.config.instructions)
-        if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS:
-            raise InvalidUpdate(f"instructions must be a string of at most {MAX_INSTRUCTIONS} characters")
+        if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS or not _is_unicode(instructions):
+            raise InvalidUpdate(f"instructions must be a string of at most {MAX_INSTRUCTIONS} characters, "
+                                "without lone surrogates")
         detection = _check_turn_detection(update.get("turn_detection", {}))
         knobs = update.get("scheduler", {})
         if not isinstance(knobs, dict):
@@ -192,6 +193,15 @@ class Session:
         while True:
             await asyncio.sleep(STATS_INTERVAL_S)
             await self.send({"type": "scheduler.stats", "stats": page_stats(self.runtime)})
+
+
+def _is_unicode(text: str) -> bool:
+    """False for text with lone surrogates (JSON can escape them), which no tokenizer can encode."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_turn_detection(update: Any) -> dict[str, float | int]:

@@ -91,11 +91,11 @@ class LLMStage(Stage):
                     final.speech_end + self.config.ttfa_s, self.conversation.add("assistant", ""))
         turn.mark("final_transcript", final.speech_end + final.ready_s)
         self.turn = turn
+        self.emit(ResponseCreated(turn))  # here, not in the task: a cancel may come before the task runs
         self._task = self.spawn(self._respond(turn))
 
     async def _respond(self, turn: Turn) -> None:
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens)
-        self.emit(ResponseCreated(turn))
         params = SamplingParams(max_tokens=self.config.max_tokens, temperature=self.config.temperature)
         stream = self.engine.generate(prompt, params, cls=RequestClass.REALTIME,
                                       deadline=self.pacing.llm_deadline(turn, time.monotonic()), session=self.call_id,
