@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 # As the CLI does, before torch is imported: idle OpenMP threads sleep instead of spinning against
 # CTranslate2 and onnxruntime on a small CPU.
@@ -65,3 +66,14 @@ def tts():
     from voicepipe.stages.tts_piper import PiperTTS
 
     return PiperTTS()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def runtime(llm, asr, tts):
+    """An engine over the session's models, started and warmed up, on the test module's event loop."""
+    from voicepipe.runtime import Runtime
+
+    runtime = Runtime.start(*llm, asr, tts)
+    await runtime.warm_up()
+    yield runtime
+    runtime.close()

@@ -28,7 +28,6 @@ from voicepipe.events import SpeechStarted, TranscriptFinal
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.llm_stage import LLMStage
-from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -37,14 +36,6 @@ MAX_MESSAGE = 1 << 16  # a small limit, so oversized frames are quick to make
 TRANSPORT_MAX = 4 * MAX_MESSAGE  # past this the websocket layer closes the connection (server.TRANSPORT_SLACK)
 TOO_BIG, NOT_UTF8 = "close 1009", "close 1007"  # messages that end the connection, with these close codes
 SEED = 7
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def runtime(llm, asr, tts):
-    runtime = Runtime.start(*llm, asr, tts)
-    await runtime.warm_up()
-    yield runtime
-    runtime.close()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -17,7 +17,6 @@ from websockets.exceptions import ConnectionClosed
 
 from voicepipe.audio import read_audio, resample, to_float32, to_pcm16
 from voicepipe.limits import Limits
-from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -27,14 +26,6 @@ FRAME = SAMPLE_RATE // 50  # 20 ms
 QUESTION = "What is the capital of France?"
 LONG_QUESTION = "Tell me about the history of Paris."  # the embedded LLM answers it at length
 TURN_TIMEOUT_S = 240  # a turn on a busy 2-core CPU
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def runtime(llm, asr, tts):
-    runtime = Runtime.start(*llm, asr, tts)
-    await runtime.warm_up()
-    yield runtime
-    runtime.close()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -103,14 +103,6 @@ def recording(pulse: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def runtime(llm, asr, tts):
-    runtime = Runtime.start(*llm, asr, tts)
-    await runtime.warm_up()
-    yield runtime
-    runtime.close()
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def call(runtime: Runtime, devices: Devices, recording: Recording):
     """`voicepipe talk`'s call, on this module's event loop, printing into a buffer."""
     call = LocalCall(runtime, devices, out=io.StringIO())
