@@ -218,7 +218,7 @@ def test_knobs_change_the_engine(server, browser):
 
         # Server side: the engine itself runs with the new knobs, and the page's charts hear of it.
         assert wait_for_engine(server.engine, want) == want
-        page.wait_for_function(f"window.voicepipe.stats.config.max_batch_tokens === {want['max_batch_tokens']}",
+        page.wait_for_function(f"window.voicepipe.stats?.config?.max_batch_tokens === {want['max_batch_tokens']}",
                                timeout=10_000)
 
         # A value the server refuses is reported in words, and the control returns to the engine's value.
