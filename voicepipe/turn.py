@@ -5,7 +5,6 @@ before the answer is finished, as it would be for a caller.
 """
 
 import asyncio
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from voicepipe.audio import read_audio
+from voicepipe.sentence_split import split_ready
 from voicepipe.stages.base import ASR, LLM, TTS, GenerationParams
 
 DEFAULT_SYSTEM_PROMPT = ("You are a helpful voice assistant. Your answers are spoken aloud, so keep them "
@@ -27,17 +27,15 @@ def build_messages(user_text: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -
 
 
 class SentenceBuffer:
-    """Collects text deltas and releases whole sentences, the unit TTS speaks."""
-
-    _BOUNDARY = re.compile(r"(?<=[.!?])\s+|\n+")
+    """Collects text deltas and releases whole sentences, the unit TTS speaks (cut as a call's are)."""
 
     def __init__(self) -> None:
         self._text = ""
 
     def feed(self, delta: str) -> list[str]:
         """Add a delta; return the sentences it completed."""
-        *done, self._text = self._BOUNDARY.split(self._text + delta)
-        return [s.strip() for s in done if s.strip()]
+        done, self._text = split_ready(self._text + delta, clause_chars=None)
+        return done
 
     def flush(self) -> str:
         """The unfinished last sentence, at the end of the answer."""
