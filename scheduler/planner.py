@@ -134,6 +134,8 @@ class StepPlanner:
         seq.pages = pool.match_prefix(seq.tokens)
         seq.num_cached = len(seq.pages) * pool.page_tokens
         growth = pool.pages_for(seq.num_tokens + self.predicted_output(seq)) - len(seq.pages)
+        while not pool.can_allocate(growth) and pool.unpin_oldest():
+            pass  # idle sessions' kept prefixes give way to a request that needs the room
         if not pool.can_allocate(growth):
             pool.release(seq.pages, int(seq.cls))
             seq.pages, seq.num_cached = [], 0

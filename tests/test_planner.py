@@ -130,3 +130,16 @@ def test_memory_pressure_preempts_lower_classes_never_a_pressing_call():
             break
     assert call.status is Status.FINISHED and call.preemptions == 0
     assert background in preempted and background.preemptions >= 1
+
+
+def test_kept_session_prefixes_give_way_to_a_new_request():
+    planner = make_planner(slabs=1, per_slab=20, max_batch_tokens=512, shard_tokens=512, default_output_guess=0)
+    earlier = request(16 * 12, cls=RT, max_tokens=1, first_token=9000)
+    earlier.session = "call-1"
+    planner.add(earlier)
+    run_step(planner, 0.0)
+    assert earlier.status is Status.FINISHED and "call-1" in planner.pool.pins  # 12 of 20 pages kept
+    newcomer = request(16 * 7, cls=BATCH, max_tokens=1)  # 7 pages: more than the 8 free less the reserve
+    planner.add(newcomer)
+    run_step(planner, 1.0)
+    assert newcomer.status is Status.FINISHED and "call-1" not in planner.pool.pins
