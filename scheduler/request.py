@@ -69,7 +69,6 @@ class Sequence:
     last_token_at: float | None = None
     text: str = ""
     outbox: asyncio.Queue | None = None
-    padding: bool = False  # a finished member still occupying a static batch
 
     @property
     def tokens(self) -> list[int]:
@@ -83,7 +82,3 @@ class Sequence:
     def remaining_prefill(self) -> int:
         """Tokens still to be put through the model before the next one can be sampled."""
         return self.num_tokens - self.num_cached
-
-    @property
-    def is_decoding(self) -> bool:
-        return self.status is Status.RUNNING and self.remaining_prefill == 1 and bool(self.output_ids)

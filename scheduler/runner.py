@@ -70,10 +70,6 @@ class ModelRunner:
         self.kv = torch.zeros(2, self.n_layers, self.num_pages, config.page_tokens, self.n_kv, self.head_dim,
                               dtype=self.dtype, device=self.device)
 
-    @property
-    def kv_bytes(self) -> int:
-        return self.kv.numel() * self.kv.element_size()
-
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> torch.Tensor:
         """Run the step; returns the logits of the chunks that sample a token, in plan order."""

@@ -77,7 +77,7 @@ def compare_modes(model, tokenizer, workload: Workload, modes: list[str], knobs:
         log.info("running %s on %d requests", mode, len(items))
         if mode == "hf_cb":
             try:
-                results[mode] = run_hf_continuous_batching(model, items, knobs["max_batch_tokens"])
+                results[mode] = run_hf_continuous_batching(model, items)
             except Exception as exc:  # an optional peer: report why it could not run
                 results[mode] = {"error": f"{type(exc).__name__}: {exc}"}
         else:

@@ -47,7 +47,7 @@ def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig) ->
     return result
 
 
-def run_hf_continuous_batching(model, items: list[WorkItem], max_batch_tokens: int) -> dict:
+def run_hf_continuous_batching(model, items: list[WorkItem]) -> dict:
     """transformers' ContinuousBatchingManager on the same work (its own paged cache and scheduler)."""
     from transformers import GenerationConfig
 
@@ -76,8 +76,8 @@ def run_hf_continuous_batching(model, items: list[WorkItem], max_batch_tokens: i
                 tokens += len(result.generated_tokens)
     finally:
         manager.stop(block=True)
-        model.destroy_cached_continuous_batching_manager() if hasattr(
-            model, "destroy_cached_continuous_batching_manager") else None
+        if hasattr(model, "destroy_cached_continuous_batching_manager"):  # a fresh manager for the next run
+            model.destroy_cached_continuous_batching_manager()
     return summarize(tokens, max(finish.values()) - start, [first[r] - arrivals[r] for r in arrivals],
                      [finish[r] - arrivals[r] for r in arrivals])
 
