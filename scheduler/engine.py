@@ -22,12 +22,13 @@ from typing import Any
 import torch
 
 from scheduler.config import EngineConfig
+from scheduler.detokenizer import Detokenizer
 from scheduler.kv_pool import SlabPool
 from scheduler.metrics import Metrics
 from scheduler.planner import StepPlan, StepPlanner
 from scheduler.request import Output, RequestClass, SamplingParams, Sequence, Status
 from scheduler.runner import ModelRunner
-from scheduler.sampler import sample
+from scheduler.sampler import sample_rows
 
 log = logging.getLogger(__name__)
 KNOBS = {"max_batch_tokens": (1, 8192), "max_batch_seqs": (1, 1024)}
@@ -140,15 +141,15 @@ class Engine:
         logits = self.runner.run(plan)
         done = time.monotonic()
         self._record_step(plan, t0, done)
-        row = 0
+        sampling = [c.seq for c in plan.chunks if c.samples]
+        tokens = sample_rows(logits, [s.params for s in sampling]) if sampling else []
         for chunk in plan.chunks:
             seq = chunk.seq
             if seq.num_cached == 0 and chunk.start == 0 and seq.first_token_at is None:
                 self.metrics.queue_time.labels(seq.cls.name).observe(t0 - seq.arrival)
             self.planner.advance(chunk)
-            if chunk.samples:
-                self._append_token(seq, sample(logits[row], seq.params), done)
-                row += 1
+        for seq, token in zip(sampling, tokens, strict=True):
+            self._append_token(seq, token, done)
         self._maybe_compact()
 
     def _fail_stuck(self) -> None:
@@ -198,21 +199,17 @@ class Engine:
         seq.last_token_at = now
         self.metrics.count_tokens(1, cls)
         seq.output_ids.append(token)
-        reason = None
-        if token in self.eos_ids and not seq.params.ignore_eos:
-            reason, shown = "stop", seq.output_ids[:-1]
-        else:
-            shown = seq.output_ids
-        text = self.tokenizer.decode(shown, skip_special_tokens=True)
-        stop_at = min((i for i in (text.find(s) for s in seq.params.stop) if i >= 0), default=-1)
-        if stop_at >= 0:
-            text, reason = text[:stop_at], "stop"
-        elif reason is None and len(seq.output_ids) >= seq.params.max_tokens:
+        eos = token in self.eos_ids and not seq.params.ignore_eos
+        text = "" if eos else seq.detokenizer.add(token)
+        if eos or seq.detokenizer.stopped:
+            reason = "stop"
+        elif len(seq.output_ids) >= seq.params.max_tokens:
             reason = "length"
-        if reason is None and text.endswith("\ufffd"):
-            text = seq.text  # half of a multi-byte character: wait for the rest
-        delta, seq.text = text[len(seq.text):], text
-        self._emit(seq, Output(token, delta))
+        else:
+            reason = None
+        if reason is not None:
+            text += seq.detokenizer.flush()
+        self._emit(seq, Output(token, text))
         if reason is not None:
             self._finish(seq, reason)
 
@@ -245,6 +242,8 @@ class Engine:
             raise ValueError("empty prompt")
         if seq.params.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
+
+        seq.detokenizer = Detokenizer(self.tokenizer, seq.params.stop)
 
         def add() -> None:
             self.requests[seq.request_id] = seq

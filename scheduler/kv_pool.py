@@ -99,10 +99,15 @@ class SlabPool:
                     self.free_lists[self.slab_of(page)].append(page)
 
     # -- prefix cache ----------------------------------------------------------------------------------
-    def page_keys(self, tokens: Seq[int]) -> list[tuple]:
-        """Chained keys of the full pages of a token list."""
-        keys, parent = [], 0
-        for i in range(len(tokens) // self.page_tokens):
+    def page_keys(self, tokens: Seq[int], known: Seq[tuple] = ()) -> list[tuple]:
+        """Chained keys of the full pages of a token list; `known`, the keys of its first pages, are kept.
+
+        A growing sequence passes the keys it already has, so each step hashes only the pages that just
+        filled instead of its whole history.
+        """
+        keys = list(known)
+        parent = hash(keys[-1]) if keys else 0
+        for i in range(len(keys), len(tokens) // self.page_tokens):
             key = (parent, tuple(tokens[i * self.page_tokens:(i + 1) * self.page_tokens]))
             keys.append(key)
             parent = hash(key)
@@ -121,9 +126,9 @@ class SlabPool:
             pages.append(page)
         return pages
 
-    def register(self, pages: Seq[int], tokens: Seq[int]) -> None:
-        """Make the full pages of a sequence findable by later requests with the same prefix."""
-        for page, key in zip(pages, self.page_keys(tokens), strict=False):
+    def register(self, pages: Seq[int], keys: Seq[tuple]) -> None:
+        """Make full pages findable by later requests with the same prefix (keys from `page_keys`)."""
+        for page, key in zip(pages, keys, strict=False):
             if page not in self.page_key and key not in self.key_page:
                 self.page_key[page], self.key_page[key] = key, page
 

@@ -173,7 +173,7 @@ class StepPlanner:
 
     def preempt(self, seq: Sequence) -> None:
         """Recompute later: give back the pages (full ones stay cached), keep the tokens and the class."""
-        self.pool.register(seq.pages, seq.tokens[:seq.num_cached])
+        self.pool.register(seq.pages, seq.page_keys)
         self.pool.release(seq.pages, int(seq.cls))
         seq.pages, seq.num_cached = [], 0
         seq.status = Status.WAITING
@@ -200,7 +200,10 @@ class StepPlanner:
         """Account for a chunk that went through the model; full pages become findable."""
         seq = chunk.seq
         seq.num_cached = chunk.start + chunk.n
-        self.pool.register(seq.pages, seq.tokens[:seq.num_cached])
+        first, full = chunk.start // self.pool.page_tokens, seq.num_cached // self.pool.page_tokens
+        if full > len(seq.page_keys):
+            seq.page_keys = self.pool.page_keys(seq.tokens[:seq.num_cached], seq.page_keys)
+        self.pool.register(seq.pages[first:full], seq.page_keys[first:full])
 
     def finish(self, seq: Sequence) -> None:
         """Release a finished sequence (a static batch keeps it as padding until the batch ends)."""
@@ -218,7 +221,7 @@ class StepPlanner:
         if seq in self.waiting:
             self.waiting.remove(seq)
         if seq.session is not None and seq.num_cached:
-            self.pool.register(seq.pages, seq.tokens[:seq.num_cached])
+            self.pool.register(seq.pages, seq.page_keys)
             self.pool.pin(seq.session, seq.pages[:seq.num_cached // self.pool.page_tokens], int(seq.cls))
         self.pool.release(seq.pages, int(seq.cls))
         seq.pages = []

@@ -5,6 +5,7 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class RequestClass(enum.IntEnum):
@@ -67,8 +68,14 @@ class Sequence:
     preemptions: int = 0
     first_token_at: float | None = None
     last_token_at: float | None = None
-    text: str = ""
-    outbox: asyncio.Queue | None = None
+    detokenizer: Any = None  # the engine's Detokenizer for this request's output
+    page_keys: list[tuple] = field(default_factory=list)  # prefix-cache keys of its full pages so far
+    outbox: tuple[asyncio.AbstractEventLoop, asyncio.Queue] | None = None
+
+    @property
+    def text(self) -> str:
+        """The answer's text streamed so far."""
+        return self.detokenizer.text if self.detokenizer is not None else ""
 
     @property
     def tokens(self) -> list[int]:

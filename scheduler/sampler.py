@@ -14,3 +14,16 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
         probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def sample_rows(logits: torch.Tensor, params: list[SamplingParams]) -> list[int]:
+    """One token per row of a step's logits [rows, vocab].
+
+    The greedy rows, usually all of them, take one argmax and one copy to the host for the whole step
+    rather than one each; only rows that sample pay for a softmax of their own.
+    """
+    tokens = torch.argmax(logits, dim=-1).tolist()
+    for row, p in enumerate(params):
+        if p.temperature > 0:
+            tokens[row] = sample(logits[row], p)
+    return tokens

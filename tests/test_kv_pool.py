@@ -57,7 +57,7 @@ def test_prefix_pages_are_shared_by_reference_and_cached_after_release():
     pool = make_pool()
     tokens = list(range(10))  # two full pages of four, and a partial one
     pages = pool.allocate(3)
-    pool.register(pages, tokens)
+    pool.register(pages, pool.page_keys(tokens))
     again = pool.match_prefix(tokens + [99])
     assert again == pages[:2] and pool.refs[pages[0]] == 2
     pool.release(pages, rank=1)
@@ -70,8 +70,8 @@ def test_prefix_pages_are_shared_by_reference_and_cached_after_release():
 def test_eviction_takes_batch_pages_before_realtime_ones():
     pool = make_pool(slabs=1, per_slab=4)
     rt, batch = pool.allocate(1), pool.allocate(1)
-    pool.register(rt, [1, 2, 3, 4])
-    pool.register(batch, [5, 6, 7, 8])
+    pool.register(rt, pool.page_keys([1, 2, 3, 4]))
+    pool.register(batch, pool.page_keys([5, 6, 7, 8]))
     pool.release(batch, rank=2)
     pool.release(rt, rank=0)  # released last, but realtime: kept longer
     taken = pool.allocate(3)
@@ -89,3 +89,12 @@ def test_session_pins_keep_pages_and_give_way_realtime_last():
     assert pool.refs[a[0]] == 1 and pool.refs[b[0]] == 1
     assert pool.unpin_oldest() and "rt-call" in pool.pins and "batch-job" not in pool.pins
     pool.check([])
+
+
+def test_page_keys_extend_known_keys_as_the_full_recount_would():
+    pool = make_pool()
+    tokens = list(range(13))
+    known = pool.page_keys(tokens[:5])  # one full page
+    assert len(known) == 1
+    assert pool.page_keys(tokens, known) == pool.page_keys(tokens)
+    assert pool.page_keys(tokens, known)[1] != pool.page_keys(tokens[4:])[0]  # chained over the prefix

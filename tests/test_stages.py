@@ -3,7 +3,7 @@
 import numpy as np
 
 from voicepipe.audio import read_audio, resample, to_float32
-from voicepipe.stages.base import GenerationParams, StopScanner, chat_prompt_ids
+from voicepipe.stages.base import GenerationParams, chat_prompt_ids
 from voicepipe.turn import SentenceBuffer, build_messages
 
 QUESTION = "What is the capital of France?"
@@ -61,14 +61,6 @@ async def test_stream_stops_before_a_stop_string(hf_llm):
     cut = await collect(hf_llm, messages, GenerationParams(max_tokens=48, stop=["Paris"]))
     assert "Paris" in full and "Paris" not in cut
     assert full.startswith(cut) and full[len(cut):].startswith("Paris")
-
-
-def test_stop_scanner_catches_a_stop_split_over_deltas():
-    scanner = StopScanner(["</end>"])
-    emitted = [scanner.feed(d) for d in ["Hello <", "/e", "nd> never"]]
-    assert "".join(emitted) == "Hello " and scanner.stopped
-    plain = StopScanner(["</end>"])
-    assert plain.feed("a <b") + plain.flush() == "a <b" and not plain.stopped
 
 
 def test_sentence_buffer_releases_whole_sentences():

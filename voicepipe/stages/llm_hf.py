@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from transformers import AsyncTextIteratorStreamer, StoppingCriteria, StoppingCriteriaList
 
-from voicepipe.stages.base import GenerationParams, StopScanner, chat_prompt_ids
+from scheduler.detokenizer import StopScanner
+from voicepipe.stages.base import GenerationParams, chat_prompt_ids
 
 
 class _Cancelled(StoppingCriteria):
