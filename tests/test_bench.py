@@ -17,3 +17,14 @@ def test_bench_calls_reports_turns_of_a_real_call(tmp_path):
     assert 0 < level["ttfa_p50_s"] < 30 and level["deadline_hit_rate"] == 1.0
     assert report["policies"]["o4"]["max_calls_within_deadline"] == 1
     assert "holds 1 calls" in run.stdout
+
+
+def test_hf_static_counts_each_request_done_at_its_own_length(llm):
+    from voicepipe.bench.engine_modes import run_hf_static
+    from voicepipe.bench.workload import Workload
+
+    model, tokenizer = llm
+    items = Workload(requests=3, prompt_tokens=(20, 40), output_tokens=(2, 6)).items(tokenizer)
+    result = run_hf_static(model, tokenizer, items, batch_size=2)
+    assert result["tokens"] == sum(w.max_tokens for w in items)
+    assert 0 < result["ttft_p50_s"] <= result["latency_p50_s"] <= result["latency_p99_s"] <= result["makespan_s"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from voicepipe.bench.workload import Workload
 
 log = logging.getLogger(__name__)
-MODES = ("static", "fcfs", "o4", "hf_cb")
+MODES = ("static", "fcfs", "o4", "hf_static", "hf_cb")
 COLUMNS = ("throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "latency_p50_s", "latency_p99_s")
 
 
@@ -60,22 +60,28 @@ def machine() -> dict:
             "threads": torch.get_num_threads(), "device": "cpu"}
 
 
-def workloads(quick: bool) -> tuple[Workload, Workload]:
+def workloads(quick: bool) -> dict[str, Workload]:
+    """The mixed burst (output lengths vary), the same requests under Poisson arrivals, and an all-at-once
+    batch of equal outputs, the case plain static `generate` is best at."""
     if quick:
-        burst = Workload(requests=12, prompt_tokens=(32, 128), output_tokens=(8, 48))
-        return burst, Workload(12, (32, 128), (8, 48), poisson_rate=2.0)
-    return Workload(), Workload(poisson_rate=0.5)
+        return {"mixed": Workload(requests=12, prompt_tokens=(32, 128), output_tokens=(8, 48)),
+                "poisson": Workload(12, (32, 128), (8, 48), poisson_rate=2.0),
+                "all_at_once": Workload(12, (32, 128), (24, 24))}
+    return {"mixed": Workload(), "poisson": Workload(poisson_rate=0.5),
+            "all_at_once": Workload(32, (32, 256), (64, 64))}
 
 
 def compare_modes(model, tokenizer, workload: Workload, modes: list[str], knobs: dict) -> dict:
     from scheduler import EngineConfig
-    from voicepipe.bench.engine_modes import run_engine, run_hf_continuous_batching
+    from voicepipe.bench.engine_modes import run_engine, run_hf_continuous_batching, run_hf_static
 
     items = workload.items(tokenizer)
     results = {}
     for mode in modes:
         log.info("running %s on %d requests", mode, len(items))
-        if mode == "hf_cb":
+        if mode == "hf_static":
+            results[mode] = run_hf_static(model, tokenizer, items)
+        elif mode == "hf_cb":
             try:
                 results[mode] = run_hf_continuous_batching(model, items)
             except Exception as exc:  # an optional peer: report why it could not run
@@ -106,10 +112,10 @@ def sweep(model, tokenizer, quick: bool) -> list[dict]:
 
 def print_table(title: str, modes: dict) -> None:
     print(f"\n{title}")
-    print(f"{'mode':8}" + "".join(f"{c:>18}" for c in COLUMNS))
+    print(f"{'mode':10}" + "".join(f"{c:>18}" for c in COLUMNS))
     for mode, m in modes.items():
         cells = [f"{m[c]:18.2f}" if c in m else f"{'-':>18}" for c in COLUMNS]
-        print(f"{mode:8}" + "".join(cells) + (f"  ({m['error']})" if "error" in m else ""))
+        print(f"{mode:10}" + "".join(cells) + (f"  ({m['error']})" if "error" in m else ""))
 
 
 def run_engine_bench(args: argparse.Namespace) -> int:
@@ -132,19 +138,22 @@ def run_engine_bench(args: argparse.Namespace) -> int:
         unknown = set(modes) - set(MODES)
         if unknown:
             raise SystemExit(f"voicepipe: error: unknown modes {', '.join(sorted(unknown))}")
-        burst, poisson = workloads(args.quick)
-        report["workload"] = burst.describe()
-        report["modes"] = compare_modes(model, tokenizer, burst, modes, knobs)
-        print_table("all requests at once", report["modes"])
-        report["poisson"] = {"workload": poisson.describe(),
-                             "modes": compare_modes(model, tokenizer, poisson, modes, knobs)}
-        print_table(f"Poisson arrivals, {poisson.poisson_rate}/s", report["poisson"]["modes"])
+        loads = workloads(args.quick)
+        report["workload"] = loads["mixed"].describe()
+        report["modes"] = compare_modes(model, tokenizer, loads["mixed"], modes, knobs)
+        print_table("mixed: all requests at once, output lengths vary", report["modes"])
+        for name, title in (("poisson", f"Poisson arrivals, {loads['poisson'].poisson_rate}/s"),
+                            ("all_at_once", "all at once, equal output lengths")):
+            report[name] = {"workload": loads[name].describe(),
+                            "modes": compare_modes(model, tokenizer, loads[name], modes, knobs)}
+            print_table(title, report[name]["modes"])
         report["roofline"] = decode_roofline(model, tokenizer)
         r = report["roofline"]
         print(f"\nbatch-1 decode {r['batch1_decode_tok_s']:.1f} tok/s; bandwidth limit {r['limit_tok_s']:.1f} tok/s "
               f"({r['bandwidth_gb_s']:.1f} GB/s over {r['weight_bytes'] / 1e6:.0f} MB of weights): "
               f"{r['ratio_of_limit']:.2f} of the limit")
         ratios = ratios_of(report["modes"])
+        ratios.update({f"all_at_once_{k}": v for k, v in ratios_of(report["all_at_once"]["modes"]).items()})
         report["ratios"] = ratios
         for name, value in ratios.items():
             print(f"{name}: {value:.2f}")
@@ -160,7 +169,7 @@ def run_engine_bench(args: argparse.Namespace) -> int:
 def ratios_of(modes: dict) -> dict:
     out = {}
     o4 = modes.get("o4", {})
-    for peer in ("static", "fcfs", "hf_cb"):
+    for peer in ("static", "fcfs", "hf_static", "hf_cb"):
         m = modes.get(peer, {})
         if "throughput_tok_s" in o4 and "throughput_tok_s" in m:
             out[f"o4_vs_{peer}_throughput"] = o4["throughput_tok_s"] / m["throughput_tok_s"]

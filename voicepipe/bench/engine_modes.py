@@ -1,11 +1,13 @@
 """`voicepipe bench engine`: one workload through static batching, FCFS continuous batching, mini-O4 and
-transformers' own continuous batching, reporting throughput and latency percentiles for each."""
+transformers' own static (`generate`) and continuous batching, reporting throughput and latency
+percentiles for each."""
 
 import logging
 import time
 
 import numpy as np
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from voicepipe.bench.workload import WorkItem
@@ -80,6 +82,44 @@ def run_hf_continuous_batching(model, items: list[WorkItem]) -> dict:
             model.destroy_cached_continuous_batching_manager()
     return summarize(tokens, max(finish.values()) - start, [first[r] - arrivals[r] for r in arrivals],
                      [finish[r] - arrivals[r] for r in arrivals])
+
+
+class _StepClock(LogitsProcessor):
+    """Notes when `generate` samples each step's tokens: step k's time is when token k+1 exists."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self.times.append(time.monotonic())
+        return scores
+
+
+def run_hf_static(model, tokenizer, items: list[WorkItem], batch_size: int = 32) -> dict:
+    """transformers' own `generate` on fixed batches in arrival order: prompts left-padded, every row run
+    for its batch's longest output, each request counted done when its own last token exists."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pending = sorted(items, key=lambda w: w.arrival_s)
+    ttfts, latencies, finish, tokens = [], [], 0.0, 0
+    start = time.monotonic()
+    for first in range(0, len(pending), batch_size):
+        batch = pending[first:first + batch_size]
+        time.sleep(max(0.0, start + batch[-1].arrival_s - time.monotonic()))  # a static batch waits to fill
+        width = max(len(w.prompt_ids) for w in batch)
+        ids = torch.tensor([[pad] * (width - len(w.prompt_ids)) + w.prompt_ids for w in batch])
+        mask = torch.tensor([[0] * (width - len(w.prompt_ids)) + [1] * len(w.prompt_ids) for w in batch])
+        longest = max(w.max_tokens for w in batch)
+        clock = _StepClock()
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=longest, min_new_tokens=longest,
+                           do_sample=False, pad_token_id=pad, logits_processor=LogitsProcessorList([clock]))
+        for w in batch:
+            arrival = start + w.arrival_s
+            ttfts.append(clock.times[0] - arrival)
+            latencies.append(clock.times[w.max_tokens - 1] - arrival)
+            tokens += w.max_tokens
+        finish = clock.times[-1]
+    return summarize(tokens, finish - start, ttfts, latencies)
 
 
 def decode_roofline(model, tokenizer, tokens: int = 32) -> dict:
