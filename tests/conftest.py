@@ -1,6 +1,5 @@
 """Shared fixtures: spoken test audio, and the real embedded models, each loaded once per session."""
 
-import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -9,9 +8,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-# As the CLI does, before torch is imported: idle OpenMP threads sleep instead of spinning against
-# CTranslate2 and onnxruntime on a small CPU.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from voicepipe import threads
+
+threads.configure()  # as the CLI does, before torch or CTranslate2 loads
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voicepipe import __version__
+from voicepipe import __version__, threads
 from voicepipe.audio import AudioError, read_audio, write_wav
 from voicepipe.cli_talk import add_talk_arguments, run_talk
 from voicepipe.llm_backends import BACKENDS
@@ -172,17 +172,21 @@ COMMANDS = [
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from voicepipe.bench.cli_bench import add_calls_arguments, add_engine_arguments
+    from voicepipe.bench.cli_bench import add_calls_arguments, add_engine_arguments, add_threads_arguments
 
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
-    add_engine_arguments(which.add_parser("engine", help="one LLM workload through static, fcfs, o4, hf_cb"))
+    add_engine_arguments(which.add_parser("engine", help="one LLM workload through static, fcfs, o4, hf_static, "
+                                                         "hf_cb"))
     add_calls_arguments(which.add_parser("calls", help="simulated callers over the websocket, o4 vs fcfs"))
+    add_threads_arguments(which.add_parser("threads", help="thread-pool policies of torch, CTranslate2 and "
+                                                           "onnxruntime, each in a fresh process"))
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from voicepipe.bench.cli_bench import run_calls_bench, run_engine_bench
+    from voicepipe.bench.cli_bench import run_calls_bench, run_engine_bench, run_threads_bench
 
-    return run_engine_bench(args) if args.bench == "engine" else run_calls_bench(args)
+    runs = {"engine": run_engine_bench, "calls": run_calls_bench, "threads": run_threads_bench}
+    return runs[args.bench](args)
 
 
 def add_serve_command_arguments(parser: argparse.ArgumentParser) -> None:
@@ -220,9 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; the exit status is 0, 2 for bad input, or 130 when interrupted."""
-    # Before torch is imported: idle OpenMP threads must sleep, not spin against the other thread pools
-    # (CTranslate2, onnxruntime) on a small CPU, where spinning made passes several times slower.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    threads.configure()  # before torch or CTranslate2 loads
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="voicepipe: %(message)s")

@@ -17,6 +17,8 @@ from typing import Literal
 
 import numpy as np
 
+from voicepipe.threads import onnx_options
+
 SAMPLE_RATE = 16000
 WINDOW = 512  # samples per Silero window at 16 kHz (32 ms)
 CONTEXT = 64  # samples of the previous window the model sees before each window
@@ -39,12 +41,8 @@ def _session(path: Path):
     """One ONNX session for every call: the model's recurrent state lives with each caller, not in it."""
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # never spin against the engine
-    options.log_severity_level = 4
-    return onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    return onnxruntime.InferenceSession(str(path), sess_options=onnx_options(threads=1),
+                                        providers=["CPUExecutionProvider"])
 
 
 class SileroVAD:

@@ -35,6 +35,29 @@ def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
 
 
+def add_threads_arguments(parser: argparse.ArgumentParser) -> None:
+    from voicepipe.threads import POLICIES
+
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset of "
+                        + ",".join(POLICIES))
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+
+
+def run_threads_bench(args: argparse.Namespace) -> int:
+    from voicepipe.bench.threads import bench_threads, print_threads
+    from voicepipe.threads import POLICIES
+
+    policies = [p for p in args.policies.split(",") if p]
+    unknown = set(policies) - set(POLICIES)
+    if unknown:
+        raise SystemExit(f"voicepipe: error: unknown policies {', '.join(sorted(unknown))}")
+    report = {"machine": machine(), "policies": bench_threads(policies)}
+    print_threads(report["policies"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
 def run_calls_bench(args: argparse.Namespace) -> int:
     import asyncio
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from voicepipe.models import ModelError, first_line, resolve_tts
+from voicepipe.threads import onnx_options
 
 
 class PiperTTS:
@@ -22,10 +23,7 @@ class PiperTTS:
         from piper import PiperConfig, PiperVoice
 
         onnx = resolve_tts(voice_path)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options = onnx_options(threads)
         try:
             config = PiperConfig.from_dict(json.loads(Path(f"{onnx}.json").read_text(encoding="utf-8")))
             session = onnxruntime.InferenceSession(str(onnx), sess_options=options,

@@ -1,0 +1,50 @@
+"""How torch, CTranslate2 and onnxruntime share a small CPU: one policy for every entry point.
+
+All device work runs one job at a time on the engine thread, so each runtime may use every core while its
+job runs. What decides speed is what the idle threads do between jobs. torch and CTranslate2 each bring
+their own GNU OpenMP runtime, whose worker threads spin for a while after each parallel region before they
+sleep. Spinning is what keeps back-to-back small ops fast (a model step is hundreds of them); spinning long
+after a job has ended steals a core from the next runtime's job. onnxruntime (Piper, Silero) spins unless
+told not to, which `onnx_options` does.
+
+`voicepipe bench threads` measures the policies below side by side, each in a fresh process (OpenMP reads
+its environment once, when the library loads); `configure` applies one before torch or CTranslate2 load.
+"""
+
+import os
+from typing import Any
+
+# Environment for both OpenMP runtimes. GOMP_SPINCOUNT counts spin iterations before a worker sleeps
+# (300,000 by default, a few milliseconds); OMP_WAIT_POLICY=PASSIVE makes workers sleep at once.
+POLICIES: dict[str, dict[str, str]] = {
+    "spin": {},
+    "short-spin": {"GOMP_SPINCOUNT": "20000"},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+}
+DEFAULT_POLICY = "spin"
+ENV_VAR = "VOICEPIPE_THREADS"
+
+
+def configure(policy: str | None = None) -> str:
+    """Apply a policy (the argument, else $VOICEPIPE_THREADS, else the default); returns its name.
+
+    Variables the user set explicitly win. Call before torch or CTranslate2 is imported.
+    """
+    name = policy or os.environ.get(ENV_VAR) or DEFAULT_POLICY
+    if name not in POLICIES:
+        raise ValueError(f"{ENV_VAR} must be one of {', '.join(POLICIES)}, not {name!r}")
+    for key, value in POLICIES[name].items():
+        os.environ.setdefault(key, value)
+    return name
+
+
+def onnx_options(threads: int) -> Any:
+    """Session options for onnxruntime: `threads` intra-op threads that sleep, never spin, when idle."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 4
+    return options
