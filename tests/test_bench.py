@@ -28,3 +28,13 @@ def test_hf_static_counts_each_request_done_at_its_own_length(llm):
     result = run_hf_static(model, tokenizer, items, batch_size=2)
     assert result["tokens"] == sum(w.max_tokens for w in items)
     assert 0 < result["ttft_p50_s"] <= result["latency_p50_s"] <= result["latency_p99_s"] <= result["makespan_s"]
+
+
+def test_calls_are_timed_from_the_last_speech_sample_not_the_trailing_silence():
+    import numpy as np
+
+    from voicepipe.bench.calls import last_voiced
+
+    tone = 0.5 * np.sin(np.arange(8000) / 5.0).astype(np.float32)
+    clip = np.concatenate([np.zeros(4800, np.float32), tone, np.zeros(4800, np.float32)])
+    assert 4800 + 7990 <= last_voiced(clip) < 4800 + 8000
