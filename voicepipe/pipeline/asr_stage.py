@@ -16,6 +16,7 @@ from voicepipe.events import (
     SpeechStarted,
     SpeechStopped,
     TranscriptDelta,
+    TranscriptEarly,
     TranscriptFinal,
 )
 from voicepipe.pipeline.agreement import Agreement
@@ -135,8 +136,14 @@ class ASRStage(Stage):
             utt.partial_task.cancel()
         wait = self.config.turn_detection.silence_duration_ms - self.config.early_final_ms
         due = paused.at + max(0, wait) / 1000  # when the end of speech would be confirmed
-        task = self.spawn(self._transcribe(utt.audio(), RequestClass.REALTIME, due, "asr_final"))
+        task = self.spawn(self._early_final(utt, paused, due))
         utt.early = (paused.speech_samples, task)
+
+    async def _early_final(self, utt: _Utterance, paused: SpeechPaused, due: float) -> str:
+        """The final pass at the pause; its transcript goes out at once, so a reply can start on it."""
+        text = await self._transcribe(utt.audio(), RequestClass.REALTIME, due, "asr_final")
+        self.emit(TranscriptEarly(utt.item_id, text, paused.at))
+        return text
 
     async def _final(self, utt: _Utterance, stopped: SpeechStopped, previous: asyncio.Task | None) -> None:
         text = None
