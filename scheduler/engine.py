@@ -290,6 +290,16 @@ class Engine:
 
         self._call_in_loop(move)
 
+    def promote(self, request_id: str, cls: RequestClass, deadline: float | None, session: str | None) -> None:
+        """Raise a request's class, e.g. a speculative reply whose turn was confirmed; `session` pins its
+        conversation prefix when it ends, as if it had been submitted that way."""
+        def move() -> None:
+            seq = self.requests.get(request_id)
+            if seq is not None:
+                seq.cls, seq.deadline, seq.session = cls, deadline, session
+
+        self._call_in_loop(move)
+
     def release_session(self, session: str) -> None:
         self._call_in_loop(lambda: self.pool.unpin(session))
 

@@ -67,6 +67,13 @@ class SpeechPaused(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechResumed(Event):
+    """Speech came back after a pause, before the end of the utterance was confirmed."""
+
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class SpeechStopped(Event):
     """The end of the utterance is confirmed (enough silence, or the utterance grew too long)."""
 
@@ -97,6 +104,16 @@ class TranscriptFinal(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class TranscriptEarly(Event):
+    """The transcript of an utterance at its first pause, before its end is confirmed: what the final
+    transcript will be unless the caller speaks again (`paused_at` is when the pause was heard)."""
+
+    item_id: str
+    text: str
+    paused_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class CancelRequested(Event):
     """The client asked to cancel the response in progress."""
 
@@ -105,6 +122,13 @@ class CancelRequested(Event):
 @dataclass(frozen=True, slots=True)
 class ResponseCreated(Event):
     """A turn began: the LLM request for it is queued."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfirmed(Event):
+    """A speculative turn's utterance ended as transcribed: what it held back may now reach the caller."""
 
     turn: Turn
 

@@ -22,6 +22,9 @@ class CallConfig:
     partial_interval_s: float = 1.0
     # Silence after which the final transcription starts, before the end of speech is confirmed.
     early_final_ms: int = 200
+    # Start the reply from that early transcript, holding its audio until the end of speech is confirmed
+    # (dropped unheard if the caller goes on speaking).
+    speculative: bool = True
     max_utterance_s: float = 30.0
     # The oldest messages are dropped once the prompt would grow past this.
     max_prompt_tokens: int = 2048

@@ -21,15 +21,20 @@ class Conversation:
         self.items.append(item)
         return item
 
-    def messages(self) -> list[dict[str, str]]:
-        said = [item for item in self.items if item["content"]]
+    def append(self, item: dict[str, str]) -> None:
+        """Add a message built elsewhere (a speculative reply's, once its turn is confirmed)."""
+        self.items.append(item)
+
+    def messages(self, pending: tuple[dict[str, str], ...] = ()) -> list[dict[str, str]]:
+        said = [item for item in [*self.items, *pending] if item["content"]]
         return [{"role": "system", "content": self.instructions}, *said] if self.instructions else said
 
-    def prompt_ids(self, tokenizer: Any, max_tokens: int) -> list[int]:
-        """The chat prompt, dropping the oldest messages while it is longer than max_tokens."""
-        ids = chat_prompt_ids(tokenizer, self.messages())
+    def prompt_ids(self, tokenizer: Any, max_tokens: int, pending: tuple[dict[str, str], ...] = ()) -> list[int]:
+        """The chat prompt, with `pending` messages not (yet) in the conversation after the rest, dropping
+        the oldest messages while it is longer than max_tokens."""
+        ids = chat_prompt_ids(tokenizer, self.messages(pending))
         while len(ids) > max_tokens and len([i for i in self.items if i["content"]]) > 1:
             oldest = next(i for i in self.items if i["content"])
             self.items.remove(oldest)
-            ids = chat_prompt_ids(tokenizer, self.messages())
+            ids = chat_prompt_ids(tokenizer, self.messages(pending))
         return ids

@@ -11,12 +11,15 @@ from voicepipe.events import (
     Error,
     Event,
     ResponseCreated,
+    SpeechResumed,
     SpeechStarted,
     SpeechStopped,
     TextDelta,
     TextDone,
+    TranscriptEarly,
     TranscriptFinal,
     TurnCancelled,
+    TurnConfirmed,
     new_id,
 )
 from voicepipe.pipeline.config import CallConfig
@@ -33,6 +36,12 @@ class LLMStage(Stage):
     The request carries the call id as its session, so the conversation so far stays in the KV cache
     between turns and only the new messages are prefilled. A transcript that arrives while the caller is
     already speaking again joins the conversation without a reply: the next utterance answers both.
+
+    Speculative replies: the transcript taken at the caller's first pause starts a reply at once, as an
+    INTERACTIVE request outside the conversation, while the endpointer still waits to confirm the end of
+    speech. If the final transcript is the same, the turn is confirmed (its messages join the
+    conversation, its request becomes REALTIME, what it held back is released); if the caller speaks
+    again, it is dropped before anything of it was sent.
     """
 
     def __init__(self, engine: Engine, tokenizer: Any, conversation: Conversation, config: CallConfig,
@@ -44,6 +53,7 @@ class LLMStage(Stage):
         self._task: asyncio.Task | None = None
         self._user_speaking = False
         self._primed = False
+        self._speculated = ""  # the user's words a speculative turn answers
 
     async def process(self, event: Event) -> None:
         self.emit(event)
@@ -57,7 +67,17 @@ class LLMStage(Stage):
             self._user_speaking = False
         elif isinstance(event, CancelRequested):
             self.cancel("client_cancelled")
+        elif isinstance(event, TranscriptEarly) and event.text.strip() and self.config.speculative:
+            self._speculate(event)
+        elif isinstance(event, SpeechResumed):
+            self._drop_speculation()
         elif isinstance(event, TranscriptFinal) and event.text.strip():
+            turn = self.turn
+            if (turn is not None and turn.speculative and turn.active and turn.item_id == event.item_id
+                    and self._speculated == event.text.strip()):
+                self._confirm(turn, event)
+                return
+            self._drop_speculation()
             self.conversation.add("user", event.text.strip())
             if not self._user_speaking:
                 self._start(event)
@@ -86,19 +106,50 @@ class LLMStage(Stage):
 
     def _start(self, final: TranscriptFinal) -> None:
         self.cancel("superseded")
-        response_id = new_id("resp")
-        turn = Turn(response_id, f"{self.call_id}-{response_id}", final.item_id, final.speech_end,
-                    final.speech_end + self.config.ttfa_s, self.conversation.add("assistant", ""))
+        turn = self._new_turn(final.item_id, final.speech_end, self.conversation.add("assistant", ""))
         turn.mark("final_transcript", final.speech_end + final.ready_s)
-        self.turn = turn
-        self.emit(ResponseCreated(turn))  # here, not in the task: a cancel may come before the task runs
-        self._task = self.spawn(self._respond(turn))
-
-    async def _respond(self, turn: Turn) -> None:
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens)
+        self._begin(turn, prompt, RequestClass.REALTIME, self.call_id)
+
+    def _speculate(self, early: TranscriptEarly) -> None:
+        self.cancel("superseded")
+        # Timed as if the end of speech will be confirmed when the endpointer's silence runs out.
+        silence = (self.config.turn_detection.silence_duration_ms - self.config.early_final_ms) / 1000
+        turn = self._new_turn(early.item_id, early.paused_at + silence, {"role": "assistant", "content": ""})
+        turn.speculative = True
+        self._speculated = early.text.strip()
+        pending = ({"role": "user", "content": self._speculated},)
+        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
+        self._begin(turn, prompt, RequestClass.INTERACTIVE, None)
+
+    def _drop_speculation(self) -> None:
+        if self.turn is not None and self.turn.speculative:
+            self.cancel("speculation_dropped")
+
+    def _confirm(self, turn: Turn, final: TranscriptFinal) -> None:
+        turn.confirm(final.speech_end, final.speech_end + self.config.ttfa_s)
+        turn.mark("final_transcript", final.speech_end + final.ready_s)
+        self.conversation.add("user", self._speculated)
+        self.conversation.append(turn.message)
+        self.engine.promote(turn.request_id, RequestClass.REALTIME, self.pacing.llm_deadline(turn, time.monotonic()),
+                            self.call_id)
+        self.emit(TurnConfirmed(turn))
+
+    def _new_turn(self, item_id: str, speech_end: float, message: dict[str, str]) -> Turn:
+        response_id = new_id("resp")
+        return Turn(response_id, f"{self.call_id}-{response_id}", item_id, speech_end,
+                    speech_end + self.config.ttfa_s, message)
+
+    def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:
+        self.turn = turn
+        turn.mark("reply_started")  # before the end of speech (a negative time) when speculative
+        self.emit(ResponseCreated(turn))  # here, not in the task: a cancel may come before the task runs
+        self._task = self.spawn(self._respond(turn, prompt, cls, session))
+
+    async def _respond(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:
         params = SamplingParams(max_tokens=self.config.max_tokens, temperature=self.config.temperature)
-        stream = self.engine.generate(prompt, params, cls=RequestClass.REALTIME,
-                                      deadline=self.pacing.llm_deadline(turn, time.monotonic()), session=self.call_id,
+        deadline = self.pacing.llm_deadline(turn, time.monotonic())
+        stream = self.engine.generate(prompt, params, cls=cls, deadline=deadline, session=session,
                                       request_id=turn.request_id)
         async with aclosing(stream) as outputs:
             async for out in outputs:

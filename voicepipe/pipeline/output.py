@@ -18,6 +18,7 @@ from voicepipe.events import (
     TranscriptDelta,
     TranscriptFinal,
     TurnCancelled,
+    TurnConfirmed,
     TurnDone,
 )
 from voicepipe.pipeline.pacing import Pacing
@@ -40,14 +41,31 @@ class ClientOutput(Stage):
     After each audio chunk the LLM request's deadline moves to when the caller's buffered audio will run
     out, less the time a sentence takes to synthesize, so the scheduler presses a turn only when its
     listener is about to hear silence. A chunk sent after the buffer ran dry is an underrun.
+
+    A speculative turn's events are held until it is confirmed, then sent in order; if it is dropped
+    instead, the caller never hears of it.
     """
 
     def __init__(self, send: Send, engine: Engine, pacing: Pacing, sample_rate: int) -> None:
         super().__init__()
         self.send, self.engine, self.pacing, self.sample_rate = send, engine, pacing, sample_rate
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
+        self._held: dict[Turn, list[Event]] = {}
 
     async def process(self, event: Event) -> None:
+        turn: Turn | None = getattr(event, "turn", None)
+        if isinstance(event, TurnConfirmed):
+            for held in self._held.pop(event.turn, []):
+                await self.process(held)
+        elif turn is not None and turn.speculative:
+            if isinstance(event, TurnCancelled):
+                self._held.pop(turn, None)
+            else:
+                self._held.setdefault(turn, []).append(event)
+        else:
+            await self._handle(event)
+
+    async def _handle(self, event: Event) -> None:
         now = time.monotonic()
         if isinstance(event, SpeechStarted):
             await self.send({"type": "input_audio_buffer.speech_started", "item_id": event.item_id,

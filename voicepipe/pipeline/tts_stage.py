@@ -51,8 +51,9 @@ class TTSStage(Stage):
         while (sentence := await queue.get()) is not None:
             job = partial(self._synthesize, turn, sentence.text)
             try:
-                chunks, seconds = await device_call(self.engine, job, RequestClass.REALTIME,
-                                                    self.pacing.tts_deadline(turn), "tts")
+                # A speculative reply's sentences wait behind confirmed turns' realtime work.
+                cls = RequestClass.INTERACTIVE if turn.speculative else RequestClass.REALTIME
+                chunks, seconds = await device_call(self.engine, job, cls, self.pacing.tts_deadline(turn), "tts")
             except Exception:  # one sentence the voice cannot say must not silence the rest of the reply
                 log.exception("synthesis failed for %r", sentence.text)
                 self.emit(Error("tts_failed", "a sentence of the reply could not be synthesized", "server_error"))

@@ -27,6 +27,7 @@ class Turn:
     underruns: int = 0
     audio_stopped_at: float | None = None  # when the caller's playback of it was cut off
     llm_done: bool = False
+    speculative: bool = False  # started at a pause, before the end of the utterance was confirmed
     cancelled: bool = False
     finished: bool = False  # response.done was sent
 
@@ -37,6 +38,12 @@ class Turn:
     def mark(self, stage: str, now: float | None = None) -> None:
         """Record when a stage first happened (later calls keep the first time)."""
         self.timings.setdefault(stage, (time.monotonic() if now is None else now) - self.speech_end)
+
+    def confirm(self, speech_end: float, deadline: float) -> None:
+        """The speculation held: time the turn from the confirmed end of speech, as any other."""
+        shift = self.speech_end - speech_end
+        self.timings = {stage: seconds + shift for stage, seconds in self.timings.items()}
+        self.speech_end, self.deadline, self.speculative = speech_end, deadline, False
 
     def stop_audio(self, now: float) -> None:
         """The caller's playback was cut off at `now`: nothing later counts as heard."""

@@ -2,7 +2,17 @@
 
 import time
 
-from voicepipe.events import AudioIn, Error, Event, SpeechAudio, SpeechPaused, SpeechStarted, SpeechStopped, new_id
+from voicepipe.events import (
+    AudioIn,
+    Error,
+    Event,
+    SpeechAudio,
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    SpeechStopped,
+    new_id,
+)
 from voicepipe.pipeline.stage import Stage
 from voicepipe.vad import SAMPLE_RATE, Endpointer
 
@@ -14,6 +24,7 @@ class VADStage(Stage):
         super().__init__()
         self.endpointer = endpointer
         self.item_id = ""
+        self._paused = False  # silence began after speech, and the utterance is not over yet
 
     async def process(self, event: Event) -> None:
         if not isinstance(event, AudioIn):
@@ -27,9 +38,14 @@ class VADStage(Stage):
                 self.emit(SpeechStarted(self.item_id, ms, now))
             elif found.kind == "audio":
                 self.emit(SpeechAudio(self.item_id, found.audio, found.is_speech))
+                if found.is_speech and self._paused:
+                    self._paused = False
+                    self.emit(SpeechResumed(self.item_id))
             elif found.kind == "pause":
+                self._paused = True
                 self.emit(SpeechPaused(self.item_id, found.speech_samples, now))
             else:
+                self._paused = False
                 self.emit(SpeechStopped(self.item_id, ms, now, found.speech_samples, found.truncated))
                 if found.truncated:
                     limit = self.endpointer.max_utterance_s
