@@ -10,8 +10,9 @@ import pytest
 
 from voicepipe.audio import read_audio
 from voicepipe.cli import build_parser, main
+from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.stages.base import chat_prompt_ids
-from voicepipe.turn import DEFAULT_SYSTEM_PROMPT, build_messages
+from voicepipe.turn import build_messages
 
 SAMPLE = Path(__file__).parent.parent / "voicepipe" / "samples" / "question.wav"
 
@@ -68,7 +69,7 @@ def test_empty_system_prompt_sends_the_bare_chat_template(llm):
     bare = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert chat_prompt_ids(tokenizer, messages) == tokenizer(bare, add_special_tokens=False)["input_ids"]
     default = build_parser().parse_args(["chat", "Hello there"])
-    assert build_messages(default.text, default.system)[0] == {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
+    assert build_messages(default.text, default.system)[0] == {"role": "system", "content": DEFAULT_INSTRUCTIONS}
 
 
 BAD_INPUTS = {

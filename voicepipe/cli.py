@@ -20,10 +20,11 @@ import numpy as np
 from voicepipe import __version__, threads
 from voicepipe.audio import AudioError, read_audio, write_wav
 from voicepipe.cli_talk import add_talk_arguments, run_talk
+from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.llm_backends import BACKENDS
 from voicepipe.models import ModelError
 from voicepipe.stages.base import LLM, GenerationParams
-from voicepipe.turn import DEFAULT_SYSTEM_PROMPT, build_messages
+from voicepipe.turn import build_messages
 
 log = logging.getLogger("voicepipe")
 
@@ -56,7 +57,7 @@ def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
     parser.add_argument("--backend", choices=BACKENDS, default="engine",
                         help="engine: mini-O4 (default); hf: transformers generate, the correctness oracle")
-    parser.add_argument("--system", default=DEFAULT_SYSTEM_PROMPT,
+    parser.add_argument("--system", default=DEFAULT_INSTRUCTIONS,
                         help="system prompt; '' sends none (default: a concise spoken assistant)")
     parser.add_argument("--max-tokens", type=int, default=GenerationParams.max_tokens, metavar="N")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")

@@ -12,14 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from voicepipe.audio import read_audio
+from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.sentence_split import split_ready
 from voicepipe.stages.base import ASR, LLM, TTS, GenerationParams
 
-DEFAULT_SYSTEM_PROMPT = ("You are a helpful voice assistant. Your answers are spoken aloud, so keep them "
-                         "to one or two short, plain sentences.")
 
-
-def build_messages(user_text: str, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> list[dict[str, str]]:
+def build_messages(user_text: str, system_prompt: str = DEFAULT_INSTRUCTIONS) -> list[dict[str, str]]:
     """The chat for one question. An empty system prompt sends no system message at all, so the prompt
     is exactly the model's chat template over the user's words (with whatever default it supplies)."""
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -61,7 +59,7 @@ class TurnResult:
 
 
 async def run_turn(wav_path: str | Path, asr: ASR, llm: LLM, tts: TTS, params: GenerationParams,
-                   system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> TurnResult:
+                   system_prompt: str = DEFAULT_INSTRUCTIONS) -> TurnResult:
     """Hear the question in `wav_path`, answer it and speak the answer."""
     start = time.perf_counter()
     transcript = asr.transcribe(read_audio(wav_path, asr.sample_rate))

@@ -2,12 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.vad import TurnDetection
-
-DEFAULT_INSTRUCTIONS = (
-    "You are a friendly voice assistant. Your replies are spoken aloud, so answer in one to three short "
-    "sentences of plain text, without lists or markdown."
-)
 
 
 @dataclass(slots=True)
