@@ -4,6 +4,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 Policy = Literal["o4", "fcfs", "static"]
+Runner = Literal["lean", "transformers"]
 
 
 @dataclass(slots=True)
@@ -16,6 +17,9 @@ class EngineConfig:
     policy: Policy = "o4"
     shard_tokens: int = 64
     static_batch_size: int = 8
+    # Model forward: "lean" (our own Llama-family modules, less host work per step; models it cannot compute
+    # fall back) or "transformers" (transformers' own modules, the exactness reference).
+    runner: Runner = "lean"
     # KV slab pool.
     page_tokens: int = 16
     slab_bytes: int = 2 * 1024 * 1024

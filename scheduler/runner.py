@@ -1,15 +1,16 @@
 """The model runner: one forward pass over a packed batch of decodes and prefill shards.
 
-We run transformers' own decoder modules and register a paged attention function with them, rather than
-writing a compact model of our own: every Llama-family variant (Llama, Qwen2's biased projections,
-Mistral, the rope scalings) then loads and computes exactly as transformers computes it, which is what
-makes greedy output match `generate` token for token. The step is packed as one batch row of all its
-tokens with their own positions; the attention function finds each sequence's rows and pages through the
-step's metadata, writes the new keys and values into the paged cache and calls `kernels.paged_attention`.
+The step is packed as one row of all its tokens with their own positions; each sequence's rows and pages
+are found through the step's metadata (`PagedStep`), computed once per step. Two forwards run it:
+- "lean" (the default): our own Llama-family modules (`scheduler.llama`), which spend far less host time
+  per step than transformers' generic decoder modules;
+- "transformers": transformers' own decoder modules with a paged attention function registered with them.
+  Every variant transformers loads computes exactly as transformers computes it, which makes this path the
+  exactness reference, and the fallback for models the lean forward does not support.
 """
 
+import logging
 import threading
-from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
@@ -17,32 +18,21 @@ from transformers.masking_utils import AttentionMaskInterface
 
 import kernels
 from scheduler.config import EngineConfig
+from scheduler.llama import LeanLlama, PagedStep, UnsupportedModel, build_lean_llama
 from scheduler.planner import StepPlan
 
+log = logging.getLogger(__name__)
 ATTN_NAME = "voicepipe_paged"
-
-
-@dataclass(slots=True)
-class StepMeta:
-    slots: torch.Tensor
-    block_tables: torch.Tensor
-    cu_q_lens: torch.Tensor
-    kv_lens: torch.Tensor
-    max_q_len: int
-    kv: torch.Tensor  # [2, layers, pages, page_tokens, kv_heads, head_dim]
-    layout: kernels.PagedLayout | None  # the reference kernel's per-step index work, shared by all layers
-
-
 _step = threading.local()
 
 
 def _paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers calls this with [1, heads, T, D] tensors; T is every token of the step."""
-    meta: StepMeta = _step.meta
-    k_cache, v_cache = meta.kv[0, module.layer_idx], meta.kv[1, module.layer_idx]
-    kernels.write_kv(k_cache, v_cache, key[0].transpose(0, 1), value[0].transpose(0, 1), meta.slots)
-    out = kernels.paged_attention(query[0].transpose(0, 1), k_cache, v_cache, meta.block_tables,
-                                  meta.cu_q_lens, meta.kv_lens, scaling, meta.max_q_len, meta.layout)
+    step: PagedStep = _step.meta
+    k_cache, v_cache = step.caches[module.layer_idx]
+    kernels.write_kv(k_cache, v_cache, key[0].transpose(0, 1), value[0].transpose(0, 1), step.slots)
+    out = kernels.paged_attention(query[0].transpose(0, 1), k_cache, v_cache, step.block_tables,
+                                  step.cu_q_lens, step.kv_lens, scaling, step.max_q_len, step.layout)
     return out.unsqueeze(0), None
 
 
@@ -69,6 +59,15 @@ class ModelRunner:
         self.num_pages = config.num_slabs * self.pages_per_slab
         self.kv = torch.zeros(2, self.n_layers, self.num_pages, config.page_tokens, self.n_kv, self.head_dim,
                               dtype=self.dtype, device=self.device)
+        self.caches = [(self.kv[0, i], self.kv[1, i]) for i in range(self.n_layers)]
+        self.lean = self._lean_model() if config.runner == "lean" else None
+
+    def _lean_model(self) -> LeanLlama | None:
+        try:
+            return build_lean_llama(self.model)
+        except UnsupportedModel as e:
+            log.info("running transformers' modules: %s", e)
+            return None
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> torch.Tensor:
@@ -86,21 +85,30 @@ class ModelRunner:
                 sample_rows.append(q_lens[-1] - 1)
         width = max(len(c.seq.pages) for c in plan.chunks)
         tables = [c.seq.pages + [0] * (width - len(c.seq.pages)) for c in plan.chunks]
-        as_tensor = lambda x: torch.tensor(x, dtype=torch.int32, device=self.device)  # noqa: E731
+        as_tensor = lambda x, dtype=torch.int32: torch.tensor(x, dtype=dtype, device=self.device)  # noqa: E731
+        max_q, max_kv = max(c.n for c in plan.chunks), max(kv_lens)
         tables, q_lens, kv_lens = as_tensor(tables), as_tensor(q_lens), as_tensor(kv_lens)
-        max_q = max(c.n for c in plan.chunks)
-        layout = None if self.kv.is_cuda else kernels.paged_layout(tables, q_lens, kv_lens, self.page_tokens, max_q)
-        _step.meta = StepMeta(as_tensor(slots).long(), tables, q_lens, kv_lens, max_q, self.kv, layout)
+        layout = None if self.kv.is_cuda else kernels.paged_layout(tables, q_lens, kv_lens, self.page_tokens,
+                                                                   self.dtype)
+        step = PagedStep(as_tensor(slots, torch.long), tables, q_lens, kv_lens, max_q, max_kv, layout, self.caches)
+        ids, positions = as_tensor(ids, torch.long), as_tensor(positions, torch.long)
+        rows = as_tensor(sample_rows, torch.long)
+        if self.lean is not None:
+            return self.lean(ids, positions, step, rows).float()
+        return self._run_transformers(ids, positions, step, rows)
+
+    def _run_transformers(self, ids: torch.Tensor, positions: torch.Tensor, step: PagedStep,
+                          rows: torch.Tensor) -> torch.Tensor:
+        _step.meta = step
         saved = self.model.config._attn_implementation
         self.model.config._attn_implementation = ATTN_NAME
         try:
-            hidden = self.model.model(input_ids=torch.tensor([ids], device=self.device),
-                                      position_ids=torch.tensor([positions], device=self.device),
+            hidden = self.model.model(input_ids=ids[None], position_ids=positions[None],
                                       use_cache=False).last_hidden_state[0]
         finally:
             self.model.config._attn_implementation = saved
             _step.meta = None
-        return self.model.lm_head(hidden[sample_rows]).float()
+        return self.model.lm_head(hidden[rows]).float()
 
     def copy_pages(self, moves: dict[int, int]) -> None:
         """Carry out a compaction: copy pages to their new slots in every layer."""

@@ -54,19 +54,20 @@ def trim_eos(tokens: list[int], eos: set[int]) -> list[int]:
     return tokens[:next((i + 1 for i, t in enumerate(tokens) if t in eos), len(tokens))]
 
 
-@pytest.mark.parametrize("shard_tokens", [16, 64])
-@pytest.mark.parametrize("page_tokens", [16, 32])
-def test_greedy_tokens_match_transformers_generate(llm, prompts, reference, shard_tokens, page_tokens):
-    engine = Engine(*llm, EngineConfig(shard_tokens=shard_tokens, page_tokens=page_tokens, num_slabs=4,
-                                       max_batch_tokens=128, max_batch_seqs=16))
+@pytest.mark.parametrize(("runner", "shard_tokens", "page_tokens"), [
+    ("lean", 16, 16), ("lean", 16, 32), ("lean", 64, 16), ("lean", 64, 32), ("transformers", 16, 32)])
+def test_greedy_tokens_match_transformers_generate(llm, prompts, reference, runner, shard_tokens, page_tokens):
+    engine = Engine(*llm, EngineConfig(runner=runner, shard_tokens=shard_tokens, page_tokens=page_tokens,
+                                       num_slabs=4, max_batch_tokens=128, max_batch_seqs=16))
     seqs = run_all(engine, prompts)
     for seq, ref in zip(seqs, reference, strict=True):
         assert seq.output_ids == trim_eos(ref, engine.eos_ids)
     assert engine.pool.num_used == len(engine.pool.lru)  # only cached prefix pages stay
 
 
-def test_greedy_tokens_match_with_compaction_during_the_run(llm, prompts, reference):
-    engine = Engine(*llm, EngineConfig(slab_bytes=SLAB_4_PAGES, num_slabs=80, compact_threshold=0.0,
+@pytest.mark.parametrize("runner", ["lean", "transformers"])
+def test_greedy_tokens_match_with_compaction_during_the_run(llm, prompts, reference, runner):
+    engine = Engine(*llm, EngineConfig(runner=runner, slab_bytes=SLAB_4_PAGES, num_slabs=80, compact_threshold=0.0,
                                        max_batch_tokens=160, max_batch_seqs=6))
     seqs = run_all(engine, prompts)
     assert engine.metrics.compactions._value.get() > 0
@@ -74,8 +75,9 @@ def test_greedy_tokens_match_with_compaction_during_the_run(llm, prompts, refere
         assert seq.output_ids == trim_eos(ref, engine.eos_ids)
 
 
-def test_greedy_tokens_match_with_preemption_in_a_tiny_pool(llm, prompts, reference):
-    engine = Engine(*llm, EngineConfig(slab_bytes=SLAB_4_PAGES, num_slabs=7, default_output_guess=1,
+@pytest.mark.parametrize("runner", ["lean", "transformers"])
+def test_greedy_tokens_match_with_preemption_in_a_tiny_pool(llm, prompts, reference, runner):
+    engine = Engine(*llm, EngineConfig(runner=runner, slab_bytes=SLAB_4_PAGES, num_slabs=7, default_output_guess=1,
                                        max_batch_tokens=256, max_batch_seqs=16))
     seqs = run_all(engine, prompts)
     assert sum(s.preemptions for s in seqs) > 0

@@ -1,0 +1,204 @@
+"""A lean Llama-family forward over the paged KV cache, built from a loaded transformers model.
+
+Why not transformers' own modules: at small batches on a CPU, dispatching 30 layers of generic decoder
+modules from Python (keyword plumbing, per-layer rotary and mask work) costs as much as reading the weights.
+This model does only the calls a step needs: one fused QKV and one fused gate/up projection per layer,
+rotary embeddings looked up in a table computed once, and paged attention through `kernels` with the
+step's layout computed once per step. It computes what transformers computes, in the same order, so greedy
+tokens match. The fused weights become the storage that the transformers projections view, so both models
+run side by side without a second copy of the weights. Every projection is a plain `nn.Linear` (`qkv`,
+`o`, `gate_up`, `down`, `lm_head`), so a pass that swaps `nn.Linear` modules applies to this model too.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+import kernels
+
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
+# Rope types whose frequencies do not depend on the sequence length, so one table serves every step.
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+class UnsupportedModel(ValueError):
+    """The model needs something this forward does not compute; run transformers' modules instead."""
+
+
+@dataclass(slots=True)
+class PagedStep:
+    """What every layer's attention needs about a step, computed once per step."""
+
+    slots: torch.Tensor  # [T] int64, flat cache slot of each token
+    block_tables: torch.Tensor  # [S, max_pages] int32
+    cu_q_lens: torch.Tensor  # [S + 1] int32
+    kv_lens: torch.Tensor  # [S] int32
+    max_q_len: int
+    max_kv_len: int
+    layout: kernels.PagedLayout | None  # the reference kernel's index work, shared by all layers
+    caches: list[tuple[torch.Tensor, torch.Tensor]]  # each layer's (k_cache, v_cache) pages
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm: torch's single fused op, which in float32 rounds exactly as Llama's own module."""
+
+    def __init__(self, weight: nn.Parameter, eps: float):
+        super().__init__()
+        self.weight, self.eps = weight, eps
+        self.shape = tuple(weight.shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.rms_norm(x, self.shape, self.weight, self.eps)
+
+
+class RotaryTable:
+    """cos and sin of every position, computed once and grown by doubling when a sequence outgrows it.
+
+    Llama rotates x as x * cos + (-x2, x1) * sin over the halves (x1, x2) of each head. The table keeps sin
+    with its first half negated, so that the rotation is x * cos + (x2, x1) * sin: one roll instead of a
+    split, a negation and a concatenation, with the same products bit for bit.
+    """
+
+    def __init__(self, inv_freq: torch.Tensor, scaling: float, dtype: torch.dtype, length: int = 4096):
+        self.inv_freq, self.scaling, self.dtype = inv_freq.float(), scaling, dtype
+        self.length = 0
+        self._fill(length)
+
+    def _fill(self, length: int) -> None:
+        positions = torch.arange(length, device=self.inv_freq.device, dtype=torch.float)
+        angles = positions[:, None] * self.inv_freq
+        cos, sin = angles.cos() * self.scaling, angles.sin() * self.scaling
+        # [positions, 1, head_dim]: broadcast over heads
+        self.cos = torch.cat((cos, cos), dim=-1)[:, None].to(self.dtype)
+        self.sin = torch.cat((-sin, sin), dim=-1)[:, None].to(self.dtype)
+        self.length = length
+
+    def __call__(self, positions: torch.Tensor, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin of `positions`, all below `end`."""
+        if end > self.length:
+            self._fill(max(end, 2 * self.length))
+        return self.cos[positions], self.sin[positions]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of [T, heads, head_dim] rows, with the signed sin of `RotaryTable`."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, qkv: nn.Linear, o: nn.Linear, n_heads: int, n_kv: int, head_dim: int):
+        super().__init__()
+        self.qkv, self.o = qkv, o
+        self.n_heads, self.n_kv, self.head_dim = n_heads, n_kv, head_dim
+        self.qk_width = (n_heads + n_kv) * head_dim
+        self.scale = head_dim ** -0.5
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: PagedStep,
+                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        qkv = self.qkv(x)
+        # Queries and keys sit side by side in the projection: one rotation covers both.
+        qk = rotate(qkv[:, :self.qk_width].view(n, -1, self.head_dim), cos, sin)
+        q, k = qk[:, :self.n_heads], qk[:, self.n_heads:]
+        v = qkv[:, self.qk_width:].view(n, self.n_kv, self.head_dim)
+        kernels.write_kv(k_cache, v_cache, k, v, step.slots)
+        out = kernels.paged_attention(q, k_cache, v_cache, step.block_tables, step.cu_q_lens, step.kv_lens,
+                                      self.scale, step.max_q_len, step.layout)
+        return self.o(out.reshape(n, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, gate_up: nn.Linear, down: nn.Linear):
+        super().__init__()
+        self.gate_up, self.down = gate_up, down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(nn.functional.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, attn_norm: RMSNorm, attn: Attention, mlp_norm: RMSNorm, mlp: MLP):
+        super().__init__()
+        self.attn_norm, self.attn, self.mlp_norm, self.mlp = attn_norm, attn, mlp_norm, mlp
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: PagedStep,
+                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, step, k_cache, v_cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LeanLlama(nn.Module):
+    """Embedding, decoder blocks, final norm and lm_head over one packed row of a step's tokens."""
+
+    def __init__(self, embed: nn.Embedding, rotary: RotaryTable, layers: list[Block], norm: RMSNorm,
+                 lm_head: nn.Linear):
+        super().__init__()
+        self.embed, self.rotary, self.norm, self.lm_head = embed, rotary, norm, lm_head
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, step: PagedStep,
+                sample_rows: torch.Tensor) -> torch.Tensor:
+        """Logits [len(sample_rows), vocab] of the tokens at `sample_rows` of the packed row `ids` [T]."""
+        x = self.embed(ids)
+        cos, sin = self.rotary(positions, step.max_kv_len)
+        for layer, (k_cache, v_cache) in zip(self.layers, step.caches, strict=True):
+            x = layer(x, cos, sin, step, k_cache, v_cache)
+        return self.lm_head(self.norm(x[sample_rows]))
+
+
+def fuse(linears: list[nn.Linear]) -> nn.Linear:
+    """One Linear computing the given ones' outputs side by side; they keep working as views of its weights."""
+    first = linears[0]
+    has_bias = first.bias is not None
+    fused = nn.Linear(first.in_features, sum(m.out_features for m in linears), bias=has_bias,
+                      device=first.weight.device, dtype=first.weight.dtype)
+    fused.weight = nn.Parameter(torch.cat([m.weight for m in linears]), requires_grad=False)
+    if has_bias:
+        fused.bias = nn.Parameter(torch.cat([m.bias for m in linears]), requires_grad=False)
+    start = 0
+    for m in linears:
+        end = start + m.out_features
+        m.weight = nn.Parameter(fused.weight[start:end], requires_grad=False)
+        if has_bias:
+            m.bias = nn.Parameter(fused.bias[start:end], requires_grad=False)
+        start = end
+    return fused
+
+
+def check_supported(model: nn.Module) -> None:
+    """Raise UnsupportedModel unless this forward computes exactly what the model's own modules compute."""
+    cfg = model.config
+    if cfg.model_type not in SUPPORTED_TYPES:
+        raise UnsupportedModel(f"model type {cfg.model_type!r} is not one of {', '.join(SUPPORTED_TYPES)}")
+    if cfg.hidden_act != "silu":
+        raise UnsupportedModel(f"activation {cfg.hidden_act!r} is not silu")
+    rope_type = getattr(model.model.rotary_emb, "rope_type", "default")
+    if rope_type not in STATIC_ROPE_TYPES:
+        raise UnsupportedModel(f"rope type {rope_type!r} changes with the sequence length")
+    sliding = getattr(cfg, "sliding_window", None) is not None and (
+        cfg.model_type == "mistral" or "sliding_attention" in (getattr(cfg, "layer_types", None) or ()))
+    if sliding:
+        raise UnsupportedModel("sliding-window attention is not computed by the paged kernels")
+
+
+@torch.no_grad()
+def build_lean_llama(model: nn.Module) -> LeanLlama:
+    """The lean forward of a loaded `LlamaForCausalLM`-shaped model, sharing its weights."""
+    check_supported(model)
+    cfg, inner = model.config, model.model
+    n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+    blocks = []
+    for layer in inner.layers:
+        sa, mlp = layer.self_attn, layer.mlp
+        attn = Attention(fuse([sa.q_proj, sa.k_proj, sa.v_proj]), sa.o_proj, n_heads, n_kv, head_dim)
+        blocks.append(Block(RMSNorm(layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon), attn,
+                            RMSNorm(layer.post_attention_layernorm.weight,
+                                    layer.post_attention_layernorm.variance_epsilon),
+                            MLP(fuse([mlp.gate_proj, mlp.up_proj]), mlp.down_proj)))
+    rope = inner.rotary_emb
+    rotary = RotaryTable(rope.inv_freq, rope.attention_scaling, inner.embed_tokens.weight.dtype)
+    return LeanLlama(inner.embed_tokens, rotary, blocks, RMSNorm(inner.norm.weight, inner.norm.variance_epsilon),
+                     model.lm_head)
