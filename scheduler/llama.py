@@ -1,13 +1,13 @@
 """A lean Llama-family forward over the paged KV cache, built from a loaded transformers model.
 
-Why not transformers' own modules: at small batches on a CPU, dispatching 30 layers of generic decoder
-modules from Python (keyword plumbing, per-layer rotary and mask work) costs as much as reading the weights.
-This model does only the calls a step needs: one fused QKV and one fused gate/up projection per layer,
-rotary embeddings looked up in a table computed once, and paged attention through `kernels` with the
-step's layout computed once per step. It computes what transformers computes, in the same order, so greedy
-tokens match. The fused weights become the storage that the transformers projections view, so both models
-run side by side without a second copy of the weights. Every projection is a plain `nn.Linear` (`qkv`,
-`o`, `gate_up`, `down`, `lm_head`), so a pass that swaps `nn.Linear` modules applies to this model too.
+Why not transformers' own modules: at small batches, dispatching 30 layers of generic decoder modules from
+Python (keyword plumbing, per-layer rotary and mask work) is a large share of a step's time. This model does
+only the calls a step needs: one fused QKV and one fused gate/up projection per layer, rotary embeddings
+looked up in a table computed once, and paged attention through `kernels` with the step's layout computed
+once per step. It computes what transformers computes, in the same order, so greedy tokens match. The fused
+weights become the storage that the transformers projections view, so both models run side by side without
+a second copy of the weights. Every projection is a plain `nn.Linear` (`qkv`, `o`, `gate_up`, `down`,
+`lm_head`), so a pass that swaps `nn.Linear` modules applies to this model too.
 """
 
 from dataclasses import dataclass
@@ -34,14 +34,13 @@ class PagedStep:
     block_tables: torch.Tensor  # [S, max_pages] int32
     cu_q_lens: torch.Tensor  # [S + 1] int32
     kv_lens: torch.Tensor  # [S] int32
-    max_q_len: int
     max_kv_len: int
     layout: kernels.PagedLayout | None  # the reference kernel's index work, shared by all layers
     caches: list[tuple[torch.Tensor, torch.Tensor]]  # each layer's (k_cache, v_cache) pages
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm: torch's single fused op, which in float32 rounds exactly as Llama's own module."""
+    """Root-mean-square norm as torch's one fused op (in float32 it gives Llama's own module's result)."""
 
     def __init__(self, weight: nn.Parameter, eps: float):
         super().__init__()
@@ -78,7 +77,7 @@ class RotaryTable:
         """cos and signed sin of `positions`, all below `end`."""
         if end > self.length:
             self._fill(max(end, 2 * self.length))
-        return self.cos[positions], self.sin[positions]
+        return self.cos.index_select(0, positions), self.sin.index_select(0, positions)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -104,7 +103,7 @@ class Attention(nn.Module):
         v = qkv[:, self.qk_width:].view(n, self.n_kv, self.head_dim)
         kernels.write_kv(k_cache, v_cache, k, v, step.slots)
         out = kernels.paged_attention(q, k_cache, v_cache, step.block_tables, step.cu_q_lens, step.kv_lens,
-                                      self.scale, step.max_q_len, step.layout)
+                                      self.scale, layout=step.layout)
         return self.o(out.reshape(n, -1))
 
 

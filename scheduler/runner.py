@@ -32,7 +32,7 @@ def _paged_attention(module, query, key, value, attention_mask, scaling=None, dr
     k_cache, v_cache = step.caches[module.layer_idx]
     kernels.write_kv(k_cache, v_cache, key[0].transpose(0, 1), value[0].transpose(0, 1), step.slots)
     out = kernels.paged_attention(query[0].transpose(0, 1), k_cache, v_cache, step.block_tables,
-                                  step.cu_q_lens, step.kv_lens, scaling, step.max_q_len, step.layout)
+                                  step.cu_q_lens, step.kv_lens, scaling, layout=step.layout)
     return out.unsqueeze(0), None
 
 
@@ -86,11 +86,11 @@ class ModelRunner:
         width = max(len(c.seq.pages) for c in plan.chunks)
         tables = [c.seq.pages + [0] * (width - len(c.seq.pages)) for c in plan.chunks]
         as_tensor = lambda x, dtype=torch.int32: torch.tensor(x, dtype=dtype, device=self.device)  # noqa: E731
-        max_q, max_kv = max(c.n for c in plan.chunks), max(kv_lens)
+        max_kv = max(kv_lens)
         tables, q_lens, kv_lens = as_tensor(tables), as_tensor(q_lens), as_tensor(kv_lens)
         layout = None if self.kv.is_cuda else kernels.paged_layout(tables, q_lens, kv_lens, self.page_tokens,
                                                                    self.dtype)
-        step = PagedStep(as_tensor(slots, torch.long), tables, q_lens, kv_lens, max_q, max_kv, layout, self.caches)
+        step = PagedStep(as_tensor(slots, torch.long), tables, q_lens, kv_lens, max_kv, layout, self.caches)
         ids, positions = as_tensor(ids, torch.long), as_tensor(positions, torch.long)
         rows = as_tensor(sample_rows, torch.long)
         if self.lean is not None:
