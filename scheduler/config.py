@@ -4,6 +4,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 Policy = Literal["o4", "fcfs", "static"]
+Precision = Literal["fp32", "int8"]
 Runner = Literal["lean", "transformers"]
 
 
@@ -32,6 +33,9 @@ class EngineConfig:
     aging_s: float = 5.0
     # Output length predicted for admission before enough requests have finished to take a p95.
     default_output_guess: int = 64
+    # Weights of the model's linear layers: "fp32", or "int8" (a quarter of the bytes each step reads, one
+    # scale per output channel, activations kept near float32; scheduler.quantize says what it costs).
+    precision: Precision = "fp32"
 
     def with_knobs(self, **changes) -> "EngineConfig":
         return replace(self, **changes)
