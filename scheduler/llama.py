@@ -180,6 +180,10 @@ def check_supported(model: nn.Module) -> None:
         cfg.model_type == "mistral" or "sliding_attention" in (getattr(cfg, "layer_types", None) or ()))
     if sliding:
         raise UnsupportedModel("sliding-window attention is not computed by the paged kernels")
+    for layer in model.model.layers:
+        sa, mlp = layer.self_attn, layer.mlp
+        if any(type(m) is not nn.Linear for m in (sa.q_proj, sa.k_proj, sa.v_proj, mlp.gate_proj, mlp.up_proj)):
+            raise UnsupportedModel("projections to fuse are not plain nn.Linear modules")
 
 
 @torch.no_grad()

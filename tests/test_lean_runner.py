@@ -94,13 +94,27 @@ def test_lean_logits_match_the_models_own_forward(kind: str):
         torch.testing.assert_close(lean_logits, own, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["dynamic-rope", "mistral-sliding-window", "gelu"])
+def converted_projection() -> torch.nn.Module:
+    """A model whose projection was already swapped for another Linear-like module."""
+    model = tiny(LlamaForCausalLM, LlamaConfig)
+
+    class Converted(torch.nn.Linear):
+        pass
+
+    up = model.model.layers[1].mlp.up_proj
+    model.model.layers[1].mlp.up_proj = Converted(up.in_features, up.out_features, bias=False)
+    model.model.layers[1].mlp.up_proj.load_state_dict(up.state_dict())
+    return model
+
+
+@pytest.mark.parametrize("kind", ["dynamic-rope", "mistral-sliding-window", "gelu", "converted-projection"])
 def test_models_the_lean_forward_cannot_compute_fall_back_to_transformers(kind: str):
     model = {
         "dynamic-rope": lambda: tiny(LlamaForCausalLM, LlamaConfig,
                                      rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}),
         "mistral-sliding-window": lambda: tiny(MistralForCausalLM, MistralConfig, sliding_window=32),
         "gelu": lambda: tiny(LlamaForCausalLM, LlamaConfig, hidden_act="gelu"),
+        "converted-projection": converted_projection,
     }[kind]()
     runner = ModelRunner(model, EngineConfig(runner="lean", num_slabs=1))
     assert runner.lean is None
