@@ -76,3 +76,32 @@ async def runtime(llm, asr, tts):
     await runtime.warm_up()
     yield runtime
     runtime.close()
+
+
+SPOKEN_QUESTIONS = Path(__file__).parent / "data" / "spoken_questions.txt"
+ESPEAK_VOICES = ("en-us", "en-gb", "en+f3")
+
+
+@pytest.fixture(scope="session")
+def spoken_questions(tmp_path_factory: pytest.TempPathFactory, tts) -> list[tuple[str, str, str, Path]]:
+    """Every question of tests/data/spoken_questions.txt in three espeak-ng voices and the Piper voice.
+
+    Rows are (voice, question, expected answer keyword, 16 kHz WAV file), synthesized once per session.
+    """
+    import numpy as np
+
+    from voicepipe.audio import resample, to_float32, write_wav
+
+    folder = tmp_path_factory.mktemp("spoken")
+    rows = [line.split("\t") for line in SPOKEN_QUESTIONS.read_text(encoding="utf-8").splitlines() if line]
+    spoken = []
+    for n, (question, answer) in enumerate(rows):
+        for voice in ESPEAK_VOICES:
+            path = folder / f"{voice}-{n}.wav"
+            subprocess.run(["espeak-ng", "-v", voice, "-w", str(path), question], check=True, capture_output=True)
+            spoken.append((voice, question, answer, path))
+        path = folder / f"piper-{n}.wav"
+        pcm = np.concatenate(list(tts.synthesize(question)))
+        write_wav(path, resample(to_float32(pcm), tts.sample_rate, 16000), 16000)
+        spoken.append(("piper", question, answer, path))
+    return spoken

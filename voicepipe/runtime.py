@@ -1,14 +1,17 @@
 """What a server needs, built once and shared by every call: the three models and the engine that runs
 all of their device work. `serve`, the benchmarks and the tests all start from here."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
 from voicepipe.stages.base import ASR, TTS, chat_prompt_ids
+
+if TYPE_CHECKING:
+    from voicepipe.pipeline.asr_batch import ASRBatcher
 
 
 @dataclass
@@ -17,6 +20,12 @@ class Runtime:
     tokenizer: Any
     asr: ASR
     tts: TTS
+    asr_finals: "ASRBatcher" = field(init=False)  # final ASR passes of all calls, batched
+
+    def __post_init__(self) -> None:
+        from voicepipe.pipeline.asr_batch import ASRBatcher  # here: the pipeline package imports this module
+
+        self.asr_finals = ASRBatcher(self.engine, self.asr)
 
     @classmethod
     def load(cls, llm_model: str | Path | None = None, asr_model: str | Path | None = None,

@@ -25,7 +25,7 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
                             early_pause_ms=config.early_final_ms)
     return Pipeline([
         VADStage(endpointer),
-        ASRStage(engine, runtime.asr, config),
+        ASRStage(engine, runtime.asr, config, runtime.asr_finals),
         LLMStage(engine, runtime.tokenizer, conversation, config, pacing, call_id),
         SentenceAggregator(),
         TTSStage(engine, runtime.tts, pacing),

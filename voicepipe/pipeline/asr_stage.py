@@ -20,6 +20,7 @@ from voicepipe.events import (
     TranscriptFinal,
 )
 from voicepipe.pipeline.agreement import Agreement
+from voicepipe.pipeline.asr_batch import ASRBatcher
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.stage import Stage, device_call
 from voicepipe.stages.base import ASR
@@ -48,19 +49,21 @@ class _Utterance:
 
 
 class ASRStage(Stage):
-    """Whisper pads every pass to 30 s, so a pass costs about the same however short the audio.
+    """Partial transcripts while the caller speaks, and the final one when they stop.
 
-    Partial passes are therefore optional work: INTERACTIVE jobs, one at a time, at most every
+    Partial passes are optional work: INTERACTIVE jobs, one at a time, at most every
     `partial_interval_s` (or every PARTIAL_SHARE passes' time, when a pass is slow), skipped while the
     engine has other jobs or realtime requests. Words two passes
     agree on are committed. The final pass is a REALTIME job started at the first pause, before the end
     of speech is confirmed, and used if the caller said nothing more; otherwise it is run again on the
-    whole utterance.
+    whole utterance. Final passes go through `finals`, shared by the server's calls, so the passes of
+    callers who stop together run as one job.
     """
 
-    def __init__(self, engine: Engine, asr: ASR, config: CallConfig) -> None:
+    def __init__(self, engine: Engine, asr: ASR, config: CallConfig, finals: ASRBatcher | None = None) -> None:
         super().__init__()
         self.engine, self.asr, self.config = engine, asr, config
+        self.finals = finals or ASRBatcher(engine, asr)
         self.utterance: _Utterance | None = None
         self._last_final: asyncio.Task | None = None
 
@@ -118,7 +121,7 @@ class ASRStage(Stage):
 
     async def _partial(self, utt: _Utterance) -> None:
         try:
-            text = await self._transcribe(utt.audio(), RequestClass.INTERACTIVE, None, "asr_partial")
+            text = await self._partial_pass(utt.audio())
         finally:
             utt.partial_task = None
         if self.utterance is not utt:
@@ -156,12 +159,16 @@ class ASRStage(Stage):
             else:
                 task.cancel()
         if text is None:
-            text = await self._transcribe(utt.audio(), RequestClass.REALTIME, stopped.at, "asr_final")
+            text = await self._final_pass(utt.audio(), stopped.at)
         if previous is not None:
             await asyncio.wait({previous})  # transcripts go out in the order the utterances ended
         self.emit(TranscriptFinal(utt.item_id, text, stopped.at, time.monotonic() - stopped.at))
 
-    async def _transcribe(self, audio: np.ndarray, cls: RequestClass, deadline: float | None, kind: str) -> str:
+    async def _final_pass(self, audio: np.ndarray, deadline: float) -> str:
+        return await self.finals.transcribe(resample(audio, SAMPLE_RATE, self.asr.sample_rate), deadline)
+
+    async def _partial_pass(self, audio: np.ndarray) -> str:
         audio = resample(audio, SAMPLE_RATE, self.asr.sample_rate)
-        text = await device_call(self.engine, partial(self.asr.transcribe, audio), cls, deadline, kind)
+        text = await device_call(self.engine, partial(self.asr.transcribe, audio), RequestClass.INTERACTIVE, None,
+                                 "asr_partial")
         return text or ""
