@@ -89,6 +89,8 @@ class TrimmedWhisper:
         if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOW_LOGPROB:
             return ""
         text = self.tokenizer.decode(tokens).strip()
+        if not any(c.isalnum() for c in text):
+            return ""  # a lone "." is what tiny.en hears in silence
         if len(tokens) >= bound or repeats(tokens) or compression_ratio(text) > COMPRESSION_LIMIT:
             return None
         return text
