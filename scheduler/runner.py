@@ -20,6 +20,7 @@ import kernels
 from scheduler.config import EngineConfig
 from scheduler.llama import LeanLlama, PagedStep, UnsupportedModel, build_lean_llama
 from scheduler.planner import StepPlan
+from scheduler.quantize import quantize_linears
 
 log = logging.getLogger(__name__)
 ATTN_NAME = "voicepipe_paged"
@@ -61,6 +62,11 @@ class ModelRunner:
                               dtype=self.dtype, device=self.device)
         self.caches = [(self.kv[0, i], self.kv[1, i]) for i in range(self.n_layers)]
         self.lean = self._lean_model() if config.runner == "lean" else None
+        if config.precision != "fp32":
+            if self.lean is None:
+                raise ValueError(f"{config.precision} weights need the lean forward, which cannot run this model")
+            # Only the lean model's layers are swapped: the transformers model stays the float32 reference.
+            quantize_linears(self.lean, config.precision)
 
     def _lean_model(self) -> LeanLlama | None:
         try:

@@ -100,9 +100,9 @@ def test_bad_input_exits_2_without_traceback_from_the_command(tmp_path):
 
 
 @pytest.mark.parametrize("system", ["", "Answer in one short sentence."])
-def test_chat_on_the_engine_gives_the_same_answer_as_transformers_generate(system):
+def test_chat_on_the_engine_in_fp32_gives_the_same_answer_as_transformers_generate(system):
     question = ("chat", "Name a large animal that lives in the sea.", "--temperature", "0", "--max-tokens", "24",
-                "--system", system)
+                "--system", system, "--llm-precision", "fp32")
     engine, hf = voicepipe(*question, "--backend", "engine"), voicepipe(*question, "--backend", "hf")
     assert engine.returncode == 0 and hf.returncode == 0, engine.stderr + hf.stderr
     assert engine.stdout.strip() and engine.stdout == hf.stdout

@@ -19,6 +19,7 @@ import numpy as np
 
 from voicepipe import __version__, threads
 from voicepipe.audio import AudioError, read_audio, write_wav
+from voicepipe.cli_models import add_llm_model_arguments
 from voicepipe.cli_talk import add_talk_arguments, run_talk
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.llm_backends import BACKENDS
@@ -54,7 +55,7 @@ def add_tts_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of every command that asks the LLM."""
-    parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
+    add_llm_model_arguments(parser)
     parser.add_argument("--backend", choices=BACKENDS, default="engine",
                         help="engine: mini-O4 (default); hf: transformers generate, the correctness oracle")
     parser.add_argument("--system", default=DEFAULT_INSTRUCTIONS,
@@ -77,7 +78,7 @@ def make_llm_stage(args: argparse.Namespace) -> LLM:
     started = time.perf_counter()
     model, tokenizer = load_llm(args.llm_model)
     log.info("LLM loaded in %.1f s", time.perf_counter() - started)
-    return make_llm(args.backend, model, tokenizer)
+    return make_llm(args.backend, model, tokenizer, args.llm_precision)
 
 
 def add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:

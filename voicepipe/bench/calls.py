@@ -110,7 +110,7 @@ def spoken_questions(tts) -> list[np.ndarray]:
 
 
 async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
-                      llm_model=None) -> dict:
+                      llm_model=None, precision: str = "fp32") -> dict:
     from voicepipe.models import load_llm
     from voicepipe.stages.asr_whisper import WhisperASR
     from voicepipe.stages.tts_piper import PiperTTS
@@ -121,7 +121,7 @@ async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_
     call_config = CallConfig(ttfa_s=deadline_s) if deadline_s else CallConfig()
     report: dict = {"turns_per_call": turns, "ttfa_deadline_s": call_config.ttfa_s, "policies": {}}
     for policy in policies:
-        runtime = Runtime.start(model, tokenizer, asr, tts, policy, EngineConfig())
+        runtime = Runtime.start(model, tokenizer, asr, tts, policy, EngineConfig(precision=precision))
         try:
             await runtime.warm_up()
             levels = []

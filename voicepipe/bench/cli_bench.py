@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from voicepipe.bench.workload import Workload
+from voicepipe.cli_models import add_llm_model_arguments
 
 log = logging.getLogger(__name__)
 MODES = ("static", "fcfs", "o4", "hf_static", "hf_cb")
@@ -20,7 +21,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a small workload (minutes, not tens of minutes)")
     parser.add_argument("--sweep", action="store_true", help="sweep max_batch_tokens x max_batch_seqs instead")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
-    parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
+    add_llm_model_arguments(parser)
     parser.add_argument("--max-batch-tokens", type=int, help="tokens per step (default: the engine's)")
     parser.add_argument("--max-batch-seqs", type=int, help="sequences per step (default: the engine's)")
 
@@ -32,7 +33,7 @@ def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", type=float, metavar="S",
                         help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
+    add_llm_model_arguments(parser)
 
 
 def add_threads_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +64,8 @@ def run_calls_bench(args: argparse.Namespace) -> int:
 
     from voicepipe.bench.calls import bench_calls
 
-    report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline, args.llm_model))
+    report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline, args.llm_model,
+                                     args.llm_precision))
     report["machine"] = machine()
     for policy, result in report["policies"].items():
         print(f"\n{policy}: holds {result['max_calls_within_deadline']} calls with >= 95% of turns on time")
@@ -95,7 +97,8 @@ def workloads(quick: bool) -> dict[str, Workload]:
             "all_at_once": Workload(32, (32, 256), (64, 64))}
 
 
-def compare_modes(model, tokenizer, workload: Workload, modes: list[str], knobs: dict) -> dict:
+def compare_modes(model, tokenizer, workload: Workload, modes: list[str], settings: dict) -> dict:
+    """Each mode on the workload; `settings` are the engine's (the knobs, the precision)."""
     from scheduler import EngineConfig
     from voicepipe.bench.engine_modes import run_engine, run_hf_continuous_batching, run_hf_static
 
@@ -111,11 +114,11 @@ def compare_modes(model, tokenizer, workload: Workload, modes: list[str], knobs:
             except Exception as exc:  # an optional peer: report why it could not run
                 results[mode] = {"error": f"{type(exc).__name__}: {exc}"}
         else:
-            results[mode] = run_engine(model, tokenizer, items, EngineConfig(policy=mode, **knobs))
+            results[mode] = run_engine(model, tokenizer, items, EngineConfig(policy=mode, **settings))
     return results
 
 
-def sweep(model, tokenizer, quick: bool) -> list[dict]:
+def sweep(model, tokenizer, quick: bool, precision: str) -> list[dict]:
     from scheduler import EngineConfig
     from voicepipe.bench.engine_modes import run_engine
 
@@ -128,7 +131,8 @@ def sweep(model, tokenizer, quick: bool) -> list[dict]:
     for max_batch_tokens in tokens_grid:
         for max_batch_seqs in seqs_grid:
             result = run_engine(model, tokenizer, items, EngineConfig(max_batch_tokens=max_batch_tokens,
-                                                                      max_batch_seqs=max_batch_seqs))
+                                                                      max_batch_seqs=max_batch_seqs,
+                                                                      precision=precision))
             rows.append({"max_batch_tokens": max_batch_tokens, "max_batch_seqs": max_batch_seqs, **result})
             log.info("tokens=%d seqs=%d: %.1f tok/s", max_batch_tokens, max_batch_seqs, result["throughput_tok_s"])
     return rows
@@ -151,9 +155,11 @@ def run_engine_bench(args: argparse.Namespace) -> int:
     defaults = EngineConfig()
     knobs = {"max_batch_tokens": args.max_batch_tokens or defaults.max_batch_tokens,
              "max_batch_seqs": args.max_batch_seqs or defaults.max_batch_seqs}
-    report: dict = {"machine": machine(), "knobs": knobs, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    report: dict = {"machine": machine(), "knobs": knobs, "precision": args.llm_precision,
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    settings = {**knobs, "precision": args.llm_precision}
     if args.sweep:
-        report["sweep"] = sweep(model, tokenizer, args.quick)
+        report["sweep"] = sweep(model, tokenizer, args.quick, args.llm_precision)
         for row in report["sweep"]:
             print(f"max_batch_tokens={row['max_batch_tokens']:4d} max_batch_seqs={row['max_batch_seqs']:3d} "
                   f"{row['throughput_tok_s']:8.1f} tok/s  p99 latency {row['latency_p99_s']:6.2f} s")
@@ -164,14 +170,14 @@ def run_engine_bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"voicepipe: error: unknown modes {', '.join(sorted(unknown))}")
         loads = workloads(args.quick)
         report["workload"] = loads["mixed"].describe()
-        report["modes"] = compare_modes(model, tokenizer, loads["mixed"], modes, knobs)
+        report["modes"] = compare_modes(model, tokenizer, loads["mixed"], modes, settings)
         print_table("mixed: all requests at once, output lengths vary", report["modes"])
         for name, title in (("poisson", f"Poisson arrivals, {loads['poisson'].poisson_rate}/s"),
                             ("all_at_once", "all at once, equal output lengths")):
             report[name] = {"workload": loads[name].describe(),
-                            "modes": compare_modes(model, tokenizer, loads[name], modes, knobs)}
+                            "modes": compare_modes(model, tokenizer, loads[name], modes, settings)}
             print_table(title, report[name]["modes"])
-        report["roofline"] = decode_roofline(model, tokenizer)
+        report["roofline"] = decode_roofline(model, tokenizer, args.llm_precision)
         r = report["roofline"]
         print(f"\nbatch-1 decode {r['batch1_decode_tok_s']:.1f} tok/s; bandwidth limit {r['limit_tok_s']:.1f} tok/s "
               f"({r['bandwidth_gb_s']:.1f} GB/s over {r['weight_bytes'] / 1e6:.0f} MB of weights): "
