@@ -144,7 +144,7 @@ class ASRStage(Stage):
 
     async def _early_final(self, utt: _Utterance, paused: SpeechPaused, due: float) -> str:
         """The final pass at the pause; its transcript goes out at once, so a reply can start on it."""
-        text = await self._transcribe(utt.audio(), RequestClass.REALTIME, due, "asr_final")
+        text = await self._final_pass(utt.audio(), due)
         self.emit(TranscriptEarly(utt.item_id, text, paused.at))
         return text
 
