@@ -132,6 +132,21 @@ def test_a_session_keeps_its_conversation_prefix_for_the_next_turn(llm):
     assert "call-1" not in engine.pool.pins and all(r == 0 for r in engine.pool.refs)
 
 
+def test_a_promoted_request_takes_its_new_class_deadline_and_session(llm):
+    model, tokenizer = llm
+    engine = Engine(model, tokenizer, EngineConfig(num_slabs=4))
+    prompt = chat_prompt_ids(tokenizer, [{"role": "user", "content": STORY + "What did the keeper count?"}])
+    seq = engine.add_request(Sequence(prompt, SamplingParams(max_tokens=6), RequestClass.INTERACTIVE))
+    engine.step()
+    engine.promote(seq.request_id, RequestClass.REALTIME, 123.0, "call-2")
+    assert (seq.cls, seq.deadline, seq.session) == (RequestClass.REALTIME, 123.0, "call-2")
+    while engine.step():
+        pass
+    assert engine.pool.pins["call-2"][0]  # ended as the session's request: its prefix is kept
+    engine.release_session("call-2")
+    engine.check_pool()
+
+
 async def test_async_generate_streams_text_and_jobs_run_by_priority(llm, prompts):
     engine = Engine(*llm, EngineConfig(num_slabs=4))
     engine.start()

@@ -117,10 +117,11 @@ def printed(call: LocalCall, start: int = 0) -> str:
     return call.line.out.getvalue()[start:]
 
 
-async def until(condition: Callable[[], object], timeout: float = TURN_TIMEOUT_S) -> None:
+async def until(condition: Callable[[], object], timeout: float = TURN_TIMEOUT_S,
+                printed: Callable[[], str] = str) -> None:
     end = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < end, "timed out"
+        assert time.monotonic() < end, f"timed out; printed {printed()!r}"
         await asyncio.sleep(0.05)
 
 
@@ -140,7 +141,7 @@ async def test_a_spoken_question_is_answered_aloud(call, runtime, recording, spe
     mark, start = len(printed(call)), recording.position()
     await say(speech_wav(QUESTION))
     pattern = re.compile(r"you: (.*)\nassistant: (.+)\n")
-    await until(lambda: pattern.search(printed(call, mark)))
+    await until(lambda: pattern.search(printed(call, mark)), printed=lambda: printed(call, mark))
     transcript, answer = pattern.search(printed(call, mark)).groups()
     assert {"capital", "france"} <= words(transcript)
     assert "[interrupted]" not in answer

@@ -121,9 +121,15 @@ class CancelRequested(Event):
 # -- the assistant -------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ResponseCreated(Event):
-    """A turn began: the LLM request for it is queued."""
+    """A turn began: the LLM request for it is queued.
+
+    `held`: a speculative turn, whose events must not reach the caller before its `TurnConfirmed`. It is
+    carried by the event, not read off the turn later, since the turn may be confirmed while this event
+    is still on its way downstream.
+    """
 
     turn: Turn
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

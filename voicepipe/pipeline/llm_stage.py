@@ -143,7 +143,8 @@ class LLMStage(Stage):
     def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:
         self.turn = turn
         turn.mark("reply_started")  # before the end of speech (a negative time) when speculative
-        self.emit(ResponseCreated(turn))  # here, not in the task: a cancel may come before the task runs
+        # Here, not in the task: a cancel may come before the task runs.
+        self.emit(ResponseCreated(turn, held=turn.speculative))
         self._task = self.spawn(self._respond(turn, prompt, cls, session))
 
     async def _respond(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:

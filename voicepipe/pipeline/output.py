@@ -54,14 +54,16 @@ class ClientOutput(Stage):
 
     async def process(self, event: Event) -> None:
         turn: Turn | None = getattr(event, "turn", None)
-        if isinstance(event, TurnConfirmed):
+        if isinstance(event, ResponseCreated) and event.held:
+            self._held[event.turn] = [event]
+        elif isinstance(event, TurnConfirmed):
             for held in self._held.pop(event.turn, []):
-                await self.process(held)
-        elif turn is not None and turn.speculative:
+                await self._handle(held)
+        elif turn is not None and turn in self._held:
             if isinstance(event, TurnCancelled):
-                self._held.pop(turn, None)
+                del self._held[turn]
             else:
-                self._held.setdefault(turn, []).append(event)
+                self._held[turn].append(event)
         else:
             await self._handle(event)
 
