@@ -78,6 +78,18 @@ async def runtime(llm, asr, tts):
     runtime.close()
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(runtime):
+    """A voice server on a loopback port over the module's runtime (a module may define its own)."""
+    from voicepipe.limits import Limits
+    from voicepipe.server import VoiceServer
+
+    server = VoiceServer(runtime, Limits(max_calls=3))
+    await server.start("127.0.0.1", 0)
+    yield server
+    await server.close()
+
+
 SPOKEN_QUESTIONS = Path(__file__).parent / "data" / "spoken_questions.txt"
 ESPEAK_VOICES = ("en-us", "en-gb", "en+f3")
 

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-import pytest_asyncio
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -26,14 +25,6 @@ FRAME = SAMPLE_RATE // 50  # 20 ms
 QUESTION = "What is the capital of France?"
 LONG_QUESTION = "Tell me about the history of Paris."  # the embedded LLM answers it at length
 TURN_TIMEOUT_S = 240  # a turn on a busy 2-core CPU
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def server(runtime):
-    server = VoiceServer(runtime, Limits(max_calls=3))
-    await server.start("127.0.0.1", 0)
-    yield server
-    await server.close()
 
 
 @pytest.fixture(scope="module")

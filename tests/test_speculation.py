@@ -3,25 +3,14 @@ end of the utterance; otherwise it is dropped unheard and the whole utterance ge
 
 import numpy as np
 import pytest
-import pytest_asyncio
 from test_server import SAMPLE_RATE, Call, pinned_pages, response_id, settled
 
 from scheduler import RequestClass
 from voicepipe.audio import read_audio
-from voicepipe.limits import Limits
-from voicepipe.server import VoiceServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 # A long confirmation window, so the pass at the pause (200 ms into the silence) surely ends inside it.
 SLOW_STOP = {"type": "session.update", "session": {"turn_detection": {"silence_duration_ms": 2000}}}
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def server(runtime):
-    server = VoiceServer(runtime, Limits(max_calls=2))
-    await server.start("127.0.0.1", 0)
-    yield server
-    await server.close()
 
 
 @pytest.fixture
