@@ -5,7 +5,8 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+
+from scheduler.detokenizer import Detokenizer
 
 
 class RequestClass(enum.IntEnum):
@@ -68,7 +69,7 @@ class Sequence:
     preemptions: int = 0
     first_token_at: float | None = None
     last_token_at: float | None = None
-    detokenizer: Any = None  # the engine's Detokenizer for this request's output
+    detokenizer: Detokenizer | None = None  # made by the engine when the request is added
     page_keys: list[tuple] = field(default_factory=list)  # prefix-cache keys of its full pages so far
     outbox: tuple[asyncio.AbstractEventLoop, asyncio.Queue] | None = None
 
