@@ -177,11 +177,16 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     from voicepipe.bench.cli_bench import add_calls_arguments, add_engine_arguments, add_threads_arguments
 
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
-    add_engine_arguments(which.add_parser("engine", help="one LLM workload through static, fcfs, o4, hf_static, "
-                                                         "hf_cb"))
-    add_calls_arguments(which.add_parser("calls", help="simulated callers over the websocket, o4 vs fcfs"))
-    add_threads_arguments(which.add_parser("threads", help="thread-pool policies of torch, CTranslate2 and "
-                                                           "onnxruntime, each in a fresh process"))
+    benches = [
+        (add_engine_arguments, "engine", "one LLM workload through static, fcfs, o4, hf_static, hf_cb"),
+        (add_calls_arguments, "calls", "simulated callers over the websocket, o4 vs fcfs"),
+        (add_threads_arguments, "threads", "thread-pool policies of torch, CTranslate2 and onnxruntime, each in a "
+                                           "fresh process"),
+    ]
+    for add_arguments, name, description in benches:
+        sub = which.add_parser(name, help=description)
+        add_verbose_argument(sub)
+        add_arguments(sub)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -203,8 +208,8 @@ def run_serve_command(args: argparse.Namespace) -> int:
     return run_serve(args)
 
 
-COMMANDS.append(Command("serve", "serve the web page and voice calls over websockets", add_serve_command_arguments,
-                        run_serve_command))
+COMMANDS.append(Command("serve", "serve the web page, voice calls and OpenAI-compatible APIs",
+                        add_serve_command_arguments, run_serve_command))
 COMMANDS.append(Command("talk", "talk with the assistant through the microphone and speakers (use headphones)",
                         add_talk_arguments, run_talk))
 COMMANDS.append(Command("bench", "measure the engine (bench engine) or whole calls (bench calls)",
@@ -219,9 +224,17 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+        add_verbose_argument(sub)
         command.add_arguments(sub)
         sub.set_defaults(run=command.run)
     return parser
+
+
+def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+    """`-v` after a subcommand as well as before it: where it goes is the user's habit, not a rule to learn.
+    Not given, it leaves what the main parser found."""
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log progress to stderr")
 
 
 def main(argv: list[str] | None = None) -> int:

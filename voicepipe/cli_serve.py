@@ -1,46 +1,73 @@
-"""`voicepipe serve`: the web page, the metrics and the calls, on one port."""
+"""`voicepipe serve`: the web page, the APIs, the metrics and the calls, on one port.
+
+Every serve option defaults to None here, meaning "not given": `voicepipe.server.settings` then takes the
+environment, the config file or the default, in that order (the help shows the defaults it would take).
+"""
 
 import argparse
 import asyncio
 
-from voicepipe.limits import Limits
+from voicepipe.server.settings import MODEL_FIELDS, ServeSettings, SettingsError, flag_type, load_settings
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number (0-65535), got {value}")
-    return value
+DEFAULTS = ServeSettings()
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     from voicepipe.cli_models import add_runtime_arguments
 
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
-    parser.add_argument("--port", type=_port, default=8000,
-                        help="port to listen on; 0 picks a free one (default: 8000)")
-    default_calls = Limits().max_calls
-    parser.add_argument("--max-calls", type=_positive, default=default_calls, metavar="N",
-                        help=f"calls served at once; more are refused (default: {default_calls})")
-    parser.add_argument("--ttfa-deadline", type=float, metavar="S",
-                        help="each turn's time-to-first-audio deadline from the end of speech (default: 1.5)")
+    parser.add_argument("--config", metavar="FILE.toml",
+                        help="settings file, keys named as the settings (also VOICEPIPE_CONFIG); flags and "
+                             "VOICEPIPE_<SETTING> environment variables override it")
+    parser.add_argument("--host", type=flag_type("host"),
+                        help=f"address to bind (default: {DEFAULTS.host}, this machine only)")
+    parser.add_argument("--port", type=flag_type("port"),
+                        help=f"port to listen on; 0 picks a free one (default: {DEFAULTS.port})")
+    parser.add_argument("--max-calls", type=flag_type("max_calls"), metavar="N",
+                        help=f"calls served at once; more are refused (default: {DEFAULTS.max_calls})")
+    parser.add_argument("--ttfa-deadline", type=flag_type("ttfa_deadline"), metavar="S",
+                        help="each turn's time-to-first-audio deadline from the end of speech "
+                             f"(default: {DEFAULTS.ttfa_deadline})")
+    parser.add_argument("--system", "--instructions", dest="instructions", type=flag_type("instructions"),
+                        metavar="TEXT", help="the calls' system prompt (default: a concise spoken assistant)")
+    parser.add_argument("--max-tokens", type=flag_type("max_tokens"), metavar="N",
+                        help=f"longest reply of a call, in tokens (default: {DEFAULTS.max_tokens})")
+    parser.add_argument("--temperature", type=flag_type("temperature"), metavar="T",
+                        help="sampling temperature of calls; 0 is greedy (default)")
+    security = parser.add_argument_group("security")
+    security.add_argument("--api-key", type=flag_type("api_key"), metavar="KEY",
+                          help="key every client must present (also VOICEPIPE_API_KEY; default: none)")
+    security.add_argument("--allow-origin", dest="allow_origins", action="append", type=flag_type("allow_origins"),
+                          metavar="ORIGIN", help="another origin (https://host[:port]) whose pages may open the "
+                                                 "websockets; repeatable")
+    security.add_argument("--insecure", action=argparse.BooleanOptionalAction,
+                          help="allow a non-loopback --host without an API key")
+    security.add_argument("--ssl-certfile", type=flag_type("ssl_certfile"), metavar="PEM",
+                          help="serve HTTPS with this certificate (browsers allow the microphone only on https "
+                               "or localhost)")
+    security.add_argument("--ssl-keyfile", type=flag_type("ssl_keyfile"), metavar="PEM",
+                          help="the certificate's private key")
+    parser.add_argument("--drain-seconds", dest="drain_s", type=flag_type("drain_s"), metavar="S",
+                        help=f"after SIGTERM, how long running replies may take (default: {DEFAULTS.drain_s:g})")
     add_runtime_arguments(parser)
+    parser.set_defaults(**dict.fromkeys(MODEL_FIELDS))  # not given: the settings fill them in
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Check every model path, load the models, warm them up, then serve until interrupted."""
+    """Read the settings and take the port (both fail in a second), load the models with a line per phase,
+    then serve until interrupted or terminated."""
+    from voicepipe.cli import UsageError
     from voicepipe.cli_models import load_runtime
-    from voicepipe.pipeline import CallConfig
     from voicepipe.server import run_server
+    from voicepipe.server.listen import bind_socket
 
-    runtime = load_runtime(args)
-    call_config = CallConfig(ttfa_s=args.ttfa_deadline) if args.ttfa_deadline else None
-    asyncio.run(run_server(runtime, args.host, args.port, Limits(max_calls=args.max_calls), call_config))
+    try:
+        settings = load_settings(args)
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
+    sock = bind_socket(settings.host, settings.port)
+    try:
+        runtime = load_runtime(argparse.Namespace(**{**vars(args), **settings.model_options()}))
+        asyncio.run(run_server(runtime, settings, sock))
+    finally:
+        sock.close()
     return 0

@@ -1,0 +1,250 @@
+"""The configuration of `voicepipe serve`.
+
+Each setting comes from its flag, else the environment (`VOICEPIPE_<NAME>`), else the TOML file named by
+`--config` (or `VOICEPIPE_CONFIG`), else its default; the TOML keys are the field names below. Every value
+is checked where it is read, so an error names its source, and all of it happens before any model library
+loads: a typo costs a second, not a minute of loading. This module imports nothing heavy for that reason.
+"""
+
+import argparse
+import difflib
+import ipaddress
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from voicepipe.cli_models import POLICIES, PRECISIONS
+from voicepipe.instructions import DEFAULT_INSTRUCTIONS
+from voicepipe.limits import Limits
+from voicepipe.stages.tts_select import TTS_CHOICES
+
+if TYPE_CHECKING:  # the pipeline imports torch
+    from voicepipe.pipeline import CallConfig
+
+ENV_PREFIX = "VOICEPIPE_"
+CONFIG_ENV = "VOICEPIPE_CONFIG"
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names where it came from."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything `voicepipe serve` is told. The call defaults equal `CallConfig`'s and `max_calls`
+    equals `Limits`' (a test keeps them so): they are spelled out because importing those pulls in torch."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_calls: int = 4
+    ttfa_deadline: float = 1.5  # seconds from the end of speech to a turn's first audio
+    api_key: str | None = None
+    allow_origins: tuple[str, ...] = ()  # other origins whose pages may open the websockets
+    insecure: bool = False  # serve a non-loopback address without an API key
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    instructions: str = DEFAULT_INSTRUCTIONS
+    max_tokens: int = 96
+    temperature: float = 0.0
+    drain_s: float = 30.0  # after SIGTERM, how long running replies may take to finish
+    # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
+    policy: str = "o4"
+    llm_model: str | None = None
+    llm_precision: str = "int8"
+    asr_model: str | None = None
+    tts: str = "piper"
+    tts_model: str | None = None
+
+    def limits(self) -> Limits:
+        return Limits(max_calls=self.max_calls)
+
+    def call_config(self) -> "CallConfig":
+        from voicepipe.pipeline import CallConfig
+
+        return CallConfig(instructions=self.instructions, ttfa_s=self.ttfa_deadline, max_tokens=self.max_tokens,
+                          temperature=self.temperature)
+
+    @property
+    def loopback(self) -> bool:
+        """Whether only this machine can connect."""
+        return is_loopback(self.host)
+
+    def model_options(self) -> dict[str, str | None]:
+        """The model settings, keyed as the runtime's command-line options are."""
+        return {name: value for name, value in asdict(self).items() if name in MODEL_FIELDS}
+
+
+MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "asr_model", "tts", "tts_model")
+FIELD_TYPES = {f.name: type(f.default) if f.default is not None else str for f in fields(ServeSettings)}
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _at_least_one(value: int) -> None:
+    if value < 1:
+        raise SettingsError(f"must be at least 1, got {value}")
+
+
+def _port(value: int) -> None:
+    if not 0 <= value <= 65535:
+        raise SettingsError(f"must be a port number (0-65535), got {value}")
+
+
+def _positive(value: float) -> None:
+    if value <= 0:
+        raise SettingsError(f"must be more than 0, got {value}")
+
+
+def _not_negative(value: float) -> None:
+    if value < 0:
+        raise SettingsError(f"must be 0 or more, got {value}")
+
+
+def _not_empty(value: str) -> None:
+    if not value:
+        raise SettingsError("is empty; leave it unset for none")
+
+
+def _origins(value: tuple[str, ...]) -> None:
+    for origin in value:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+            raise SettingsError(f"{origin!r} is not an origin like https://example.com or http://host:8080")
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value not in choices:
+            raise SettingsError(f"must be one of {', '.join(choices)}, got {value!r}")
+
+    return check
+
+
+CHECKS: dict[str, Callable[[Any], None]] = {
+    "host": _not_empty, "port": _port, "max_calls": _at_least_one, "ttfa_deadline": _positive,
+    "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
+    "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
+    "policy": _one_of(POLICIES), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
+    "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
+}
+
+
+def _checked(name: str, value: Any) -> Any:
+    if name in CHECKS:
+        CHECKS[name](value)
+    return value
+
+
+def _from_text(name: str, text: str) -> Any:
+    """A setting's value from its text, as a flag or an environment variable gives it."""
+    kind = FIELD_TYPES[name]
+    if kind is bool:
+        if text.strip().lower() not in TRUE_WORDS + FALSE_WORDS:
+            raise SettingsError(f"must be one of {', '.join(TRUE_WORDS + FALSE_WORDS)}, got {text!r}")
+        return text.strip().lower() in TRUE_WORDS
+    if kind is tuple:
+        return _checked(name, tuple(item.strip().rstrip("/") for item in text.split(",") if item.strip()))
+    try:
+        return _checked(name, kind(text))
+    except ValueError as e:
+        if isinstance(e, SettingsError):
+            raise
+        raise SettingsError(f"must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+
+
+def _from_toml(name: str, value: Any) -> Any:
+    kind = FIELD_TYPES[name]
+    if kind is tuple:
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise SettingsError(f"must be a list of strings, got {value!r}")
+        return _checked(name, tuple(item.rstrip("/") for item in value))
+    accepted = (int, float) if kind is float else kind
+    if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
+        raise SettingsError(f"must be {kind.__name__}, got {value!r}")
+    return _checked(name, kind(value))
+
+
+def flag_type(name: str) -> Callable[[str], Any]:
+    """The argparse `type` of a setting's flag: the same conversion and checks as the other sources."""
+
+    def convert(text: str) -> Any:
+        try:
+            if FIELD_TYPES[name] is tuple:  # a repeatable flag: one item each time
+                return _checked(name, (text.rstrip("/"),))[0]
+            return _from_text(name, text)
+        except SettingsError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.__name__ = name  # argparse names the type in its messages
+    return convert
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The settings of a TOML file; an unknown key is an error, not silently ignored."""
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except OSError as e:
+        raise SettingsError(f"cannot read config file {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"config file {path} is not valid TOML: {e}") from None
+    values = {}
+    for key, value in table.items():
+        if key not in FIELD_TYPES:
+            close = difflib.get_close_matches(key, FIELD_TYPES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(FIELD_TYPES)}"
+            raise SettingsError(f"config file {path}: unknown setting {key!r}{hint}")
+        try:
+            values[key] = _from_toml(key, value)
+        except SettingsError as e:
+            raise SettingsError(f"config file {path}: {key} {e}") from None
+    return values
+
+
+def load_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> ServeSettings:
+    """The settings from the parsed flags (None where not given), the environment, the config file and the
+    defaults, in that order of precedence; raises SettingsError for a bad value or combination."""
+    config = getattr(args, "config", None) or environ.get(CONFIG_ENV)
+    from_file = read_config(config) if config else {}
+    values = {}
+    for name in FIELD_TYPES:
+        env_name = ENV_PREFIX + name.upper()
+        if getattr(args, name, None) is not None:
+            value = getattr(args, name)
+            values[name] = tuple(value) if FIELD_TYPES[name] is tuple else value
+        elif env_name in environ:
+            try:
+                values[name] = _from_text(name, environ[env_name])
+            except SettingsError as e:
+                raise SettingsError(f"{env_name} {e}") from None
+        elif name in from_file:
+            values[name] = from_file[name]
+    settings = ServeSettings(**values)
+    check(settings)
+    return settings
+
+
+def check(settings: ServeSettings) -> None:
+    """Refuse combinations that would start an open or broken server."""
+    if not settings.loopback and settings.api_key is None and not settings.insecure:
+        raise SettingsError(
+            f"host {settings.host} lets other machines connect: set an API key (--api-key or VOICEPIPE_API_KEY), "
+            "or give --insecure to serve without one")
+    if (settings.ssl_certfile is None) != (settings.ssl_keyfile is None):
+        raise SettingsError("HTTPS needs both --ssl-certfile and --ssl-keyfile")
+    for name in ("ssl_certfile", "ssl_keyfile"):
+        path = getattr(settings, name)
+        if path is not None and not os.access(path, os.R_OK):
+            raise SettingsError(f"{name} {path} is not a readable file")
