@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -131,27 +132,38 @@ def _float32_checkpoint(gguf: Path) -> Path:
     if target.is_dir():
         return target
     import torch
+    from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s to float32 once; cached in %s", gguf.name, target)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
-    except Exception as e:  # any failure here means the files are unusable: say so in one line
-        raise ModelError(f"cannot load LLM from {gguf}: {first_line(e)}") from None
-    model.hf_quantizer = None  # save_pretrained refuses a model that still carries its GGUF quantizer
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        staging.rename(target)
-    except OSError:
-        if not target.is_dir():  # another process renaming its copy first is fine
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    # Tens of silent seconds look like a hang: a bar on stderr, always, naming the step under way.
+    with tqdm(total=3, desc=f"voicepipe: converting {gguf.name} to float32 (once)", file=sys.stderr,
+              bar_format="{desc}: {bar} {n_fmt}/{total_fmt}{postfix} [{elapsed}]") as bar:
+        bar.set_postfix_str("weights")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True)
+            bar.update()
+            bar.set_postfix_str("tokenizer")
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        except Exception as e:  # any failure here means the files are unusable: say so in one line
+            raise ModelError(f"cannot load LLM from {gguf}: {first_line(e)}") from None
+        bar.update()
+        bar.set_postfix_str("saving")
+        model.hf_quantizer = None  # save_pretrained refuses a model that still carries its GGUF quantizer
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            staging.rename(target)
+        except OSError:
+            if not target.is_dir():  # another process renaming its copy first is fine
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        bar.update()
+        bar.set_postfix_str("done")
     return target
 
 

@@ -203,8 +203,11 @@ def read_config(path: str | Path) -> dict[str, Any]:
     values = {}
     for key, value in table.items():
         if key not in FIELD_TYPES:
-            close = difflib.get_close_matches(key, FIELD_TYPES, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(FIELD_TYPES)}"
+            close = difflib.get_close_matches(key, FIELD_TYPES, n=1, cutoff=0.7)
+            if isinstance(value, dict):
+                hint = " (settings go at the top level, not in a table)"
+            else:
+                hint = f" (did you mean {close[0]!r}?)" if close else f"; known: {', '.join(FIELD_TYPES)}"
             raise SettingsError(f"config file {path}: unknown setting {key!r}{hint}")
         try:
             values[key] = _from_toml(key, value)
