@@ -63,6 +63,10 @@ class Engine:
                              self.config.reserve_frac)
         self.planner = StepPlanner(self.config, self.pool)
         self.metrics = Metrics()
+        # The longest sequence (prompt and answer) one request may grow to: what the model's positions
+        # cover, and half the pool, so that one request cannot starve every other.
+        positions = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1 << 30
+        self.max_context = min(positions, self.pool.num_pages * self.pool.page_tokens // 2)
         gen = getattr(model, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -142,7 +146,8 @@ class Engine:
         done = time.monotonic()
         self._record_step(plan, t0, done)
         sampling = [c.seq for c in plan.chunks if c.samples]
-        tokens = sample_rows(logits, [s.params for s in sampling]) if sampling else []
+        tokens = sample_rows(logits, [s.params for s in sampling], [len(s.output_ids) for s in sampling]) \
+            if sampling else []
         for chunk in plan.chunks:
             seq = chunk.seq
             if seq.num_cached == 0 and chunk.start == 0 and seq.first_token_at is None:

@@ -16,14 +16,19 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def sample_rows(logits: torch.Tensor, params: list[SamplingParams]) -> list[int]:
-    """One token per row of a step's logits [rows, vocab].
+def sample_rows(logits: torch.Tensor, params: list[SamplingParams], positions: list[int]) -> list[int]:
+    """One token per row of a step's logits [rows, vocab]; `positions` counts each row's output so far.
 
     The greedy rows, usually all of them, take one argmax and one copy to the host for the whole step
-    rather than one each; only rows that sample pay for a softmax of their own.
+    rather than one each; only rows that sample pay for a softmax of their own. A row with a seed draws
+    from a generator seeded by (seed, position), so the same request gives the same answer however it
+    was batched or preempted.
     """
     tokens = torch.argmax(logits, dim=-1).tolist()
     for row, p in enumerate(params):
         if p.temperature > 0:
-            tokens[row] = sample(logits[row], p)
+            generator = None
+            if p.seed is not None:
+                generator = torch.Generator().manual_seed((p.seed * 1_000_003 + positions[row]) % 2**63)
+            tokens[row] = sample(logits[row], p, generator)
     return tokens

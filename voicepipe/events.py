@@ -118,6 +118,45 @@ class CancelRequested(Event):
     """The client asked to cancel the response in progress."""
 
 
+@dataclass(frozen=True, slots=True)
+class CommitRequested(Event):
+    """The client declared its utterance over (`input_audio_buffer.commit`), before the VAD heard silence."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClearRequested(Event):
+    """The client asked to drop the audio it sent that no utterance has taken yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class InputCleared(Event):
+    """The input audio was dropped; `item_id` names the utterance in progress that went with it, if any."""
+
+    item_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemCreated(Event):
+    """A message the client added to the conversation as text (`conversation.item.create`)."""
+
+    item_id: str
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseRequested(Event):
+    """The client asked for a reply to the conversation as it stands (`response.create`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateRequested(Event):
+    """The client stopped playing an assistant item at `audio_end_ms`: the conversation keeps what it heard."""
+
+    item_id: str
+    audio_end_ms: int
+
+
 # -- the assistant -------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ResponseCreated(Event):

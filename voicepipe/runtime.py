@@ -21,6 +21,7 @@ class Runtime:
     asr: ASR
     tts: TTS
     asr_finals: "ASRBatcher" = field(init=False)  # final ASR passes of all calls, batched
+    ready: bool = field(init=False, default=False)  # warmed up: the first caller waits for no lazy set-up
 
     def __post_init__(self) -> None:
         from voicepipe.pipeline.asr_batch import ASRBatcher  # here: the pipeline package imports this module
@@ -58,6 +59,7 @@ class Runtime:
         prompt = chat_prompt_ids(self.tokenizer, [{"role": "user", "content": "Hello."}])
         async for _ in self.engine.generate(prompt, SamplingParams(max_tokens=2), RequestClass.BATCH):
             pass
+        self.ready = True
 
     def close(self) -> None:
         self.engine.stop()

@@ -10,16 +10,24 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
-from websockets.exceptions import ConnectionClosed
 
 from scheduler.engine import KNOBS
 from voicepipe.audio import to_float32
-from voicepipe.events import AudioIn, CancelRequested, new_id
+from voicepipe.events import (
+    AudioIn,
+    CancelRequested,
+    ClearRequested,
+    CommitRequested,
+    ItemCreated,
+    ResponseRequested,
+    TruncateRequested,
+    new_id,
+)
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.output import error_message
 from voicepipe.runtime import Runtime
-from voicepipe.transport import Transport
+from voicepipe.transport import Disconnected, Transport
 from voicepipe.vad import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
@@ -41,15 +49,22 @@ class Session:
     the call's conversation prefix is released from the KV pool.
     """
 
-    def __init__(self, ws: Transport, runtime: Runtime, limits: Limits, config: CallConfig | None = None
-                 ) -> None:
+    def __init__(self, ws: Transport, runtime: Runtime, limits: Limits, config: CallConfig | None = None,
+                 may_tune: bool = True) -> None:
         self.ws, self.runtime, self.limits = ws, runtime, limits
+        self.may_tune = may_tune  # may turn the engine's knobs, which every call shares
         self.id = new_id("sess")
         self.config = copy.deepcopy(config) if config is not None else CallConfig()  # this call's own settings
         self.config.max_utterance_s = limits.max_utterance_s
         self.conversation = Conversation(self.config.instructions)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send)
         self._send_lock = asyncio.Lock()
+        self._responses: set[str] = set()  # response.created sent, response.done not yet
+
+    @property
+    def replying(self) -> bool:
+        """A reply is in progress (what a draining server waits for)."""
+        return bool(self._responses)
 
     # -- the call --------------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -76,7 +91,7 @@ class Session:
                 await self.error("idle_timeout", f"no message for {idle:g} s; closing the call")
                 await self.ws.close(1000, "idle timeout")
                 return
-            except ConnectionClosed:
+            except Disconnected:
                 return
             await self._handle(message)
 
@@ -85,9 +100,15 @@ class Session:
         that has gone is noticed by the receiving loop, so a failed send is dropped here."""
         async with self._send_lock:
             for message in messages:
+                if isinstance(message, dict) and message.get("type") in ("response.created", "response.done"):
+                    response_id = message["response"]["id"]
+                    if message["type"] == "response.created":
+                        self._responses.add(response_id)
+                    else:
+                        self._responses.discard(response_id)
                 try:
                     await self.ws.send(message if isinstance(message, bytes) else json.dumps(message))
-                except ConnectionClosed:
+                except Disconnected:
                     return
 
     async def error(self, code: str, message: str) -> None:
@@ -117,6 +138,16 @@ class Session:
             await self._update(event)
         elif kind == "response.cancel":
             self.pipeline.push(CancelRequested())
+        elif kind == "response.create":
+            self.pipeline.push(ResponseRequested())
+        elif kind == "input_audio_buffer.commit":
+            self.pipeline.push(CommitRequested())
+        elif kind == "input_audio_buffer.clear":
+            self.pipeline.push(ClearRequested())
+        elif kind == "conversation.item.create":
+            await self._create_item(event.get("item"))
+        elif kind == "conversation.item.truncate":
+            await self._truncate(event)
         else:
             await self.error("unknown_event", f"unknown event type {kind!r}")
 
@@ -136,6 +167,24 @@ class Session:
             await self.error("invalid_audio", f"input_audio_buffer.append: {e}")
             return
         await self._audio(pcm)
+
+    async def _create_item(self, item: Any) -> None:
+        """A text message joins the conversation (a reply to it needs a response.create)."""
+        try:
+            role, text = _message_text(item)
+        except ValueError as e:
+            await self.error("invalid_item", f"conversation.item.create: {e}")
+            return
+        item_id = item.get("id") if isinstance(item.get("id"), str) and len(item["id"]) <= 64 else new_id("item")
+        self.pipeline.push(ItemCreated(item_id, role, text))
+
+    async def _truncate(self, event: dict) -> None:
+        item_id, end = event.get("item_id"), event.get("audio_end_ms")
+        if not isinstance(item_id, str) or isinstance(end, bool) or not isinstance(end, int) or end < 0:
+            await self.error("invalid_truncate", "conversation.item.truncate needs an item_id string and an "
+                             "audio_end_ms integer >= 0")
+            return
+        self.pipeline.push(TruncateRequested(item_id, end))
 
     async def _update(self, event: dict) -> None:
         try:
@@ -160,6 +209,9 @@ class Session:
         knobs = update.get("scheduler", {})
         if not isinstance(knobs, dict):
             raise InvalidUpdate("scheduler must be an object")
+        if knobs and not self.may_tune:
+            raise InvalidUpdate("the scheduler's knobs are shared by every call: changing them needs the API "
+                                "key or the server's own page")
         if knobs:
             try:
                 self.runtime.engine.update_config(**knobs)  # checks all knobs before applying any
@@ -193,6 +245,27 @@ class Session:
         while True:
             await asyncio.sleep(STATS_INTERVAL_S)
             await self.send({"type": "scheduler.stats", "stats": page_stats(self.runtime)})
+
+
+def _message_text(item: Any) -> tuple[str, str]:
+    """(role, text) of a message item made of text parts; ValueError says what is wrong with it."""
+    if not isinstance(item, dict) or item.get("type", "message") != "message":
+        raise ValueError("'item' must be an object of type 'message'")
+    role = item.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise ValueError("'role' must be 'user', 'assistant' or 'system'")
+    parts = item.get("content")
+    if not isinstance(parts, list) or not parts:
+        raise ValueError("'content' must be a non-empty list of text parts")
+    texts = []
+    for part in parts:
+        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text", "text"):
+            raise ValueError("only text parts ('input_text', 'output_text', 'text') are supported")
+        text = part.get("text")
+        if not isinstance(text, str) or len(text) > MAX_INSTRUCTIONS or not _is_unicode(text):
+            raise ValueError(f"a part's 'text' must be a string of at most {MAX_INSTRUCTIONS} characters")
+        texts.append(text)
+    return role, "".join(texts)
 
 
 def _is_unicode(text: str) -> bool:

@@ -21,13 +21,13 @@ from typing import Any, TextIO
 
 import numpy as np
 import soxr
-from websockets.exceptions import ConnectionClosedOK
 
 from scheduler.engine import notify
 from voicepipe.limits import Limits
 from voicepipe.playback import PlaybackBuffer
 from voicepipe.runtime import Runtime
 from voicepipe.session import Session
+from voicepipe.transport import Disconnected
 from voicepipe.vad import SAMPLE_RATE
 
 FRAME_S = 0.02  # microphone frames of 20 ms, as the browser client sends them
@@ -126,7 +126,7 @@ class LocalLine:
     async def recv(self) -> bytes:
         frame = await self._incoming.get()
         if frame is None:
-            raise ConnectionClosedOK(None, None)
+            raise Disconnected()
         return frame
 
     async def send(self, message: str | bytes) -> None:

@@ -3,12 +3,16 @@
 from typing import Protocol
 
 
+class Disconnected(Exception):
+    """The client has gone: raised by `recv` and `send` of a transport."""
+
+
 class Transport(Protocol):
     """The client's end of a call: a websocket connection, or the local sound devices of `voicepipe talk`.
 
-    `recv` returns the client's next message (binary audio or a JSON text event) and raises websockets'
-    `ConnectionClosed` once the client has gone; `send` raises it too when the client is gone; `close`
-    ends the call from the server's side.
+    `recv` returns the client's next message (binary audio or a JSON text event) and raises
+    `Disconnected` once the client has gone; `send` raises it too when the client is gone; `close` ends
+    the call from the server's side.
     """
 
     async def recv(self) -> str | bytes: ...

@@ -115,10 +115,6 @@ class Endpointer:
         self._silent = 0  # consecutive silent windows
         self._paused = False
 
-    @property
-    def in_speech(self) -> bool:
-        return self._state == "speech"
-
     def feed(self, samples: np.ndarray) -> list[Boundary]:
         """Add audio; return what it revealed, in order."""
         audio = np.concatenate([self._pending, np.asarray(samples, np.float32)])
@@ -128,6 +124,21 @@ class Endpointer:
         for start in range(0, whole, WINDOW):
             found += self._window(audio[start:start + WINDOW])
         return found
+
+    def commit(self) -> list[Boundary]:
+        """End the utterance in progress now, as if its silence had run out; [] when there is none."""
+        if self._state != "speech":
+            return []
+        self._state = "idle"
+        return [Boundary("stop", self._position, speech_samples=(self._windows - self._silent) * WINDOW)]
+
+    def clear(self) -> bool:
+        """Drop the utterance in progress and the audio not yet endpointed; True if speech was dropped."""
+        dropped = self._state == "speech"
+        self._state, self._silent, self._paused = "idle", 0, False
+        self._pending = np.zeros(0, np.float32)
+        self._prefix.clear()
+        return dropped
 
     def _window(self, window: np.ndarray) -> list[Boundary]:
         prob = self.vad(window)

@@ -29,5 +29,5 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
         LLMStage(engine, runtime.tokenizer, conversation, config, pacing, call_id),
         SentenceAggregator(),
         TTSStage(engine, runtime.tts, pacing),
-        ClientOutput(send, engine, pacing, runtime.tts.sample_rate),
+        ClientOutput(send, engine, pacing, runtime.tts.sample_rate, conversation),
     ])

@@ -10,7 +10,9 @@ import numpy as np
 from scheduler import Engine, RequestClass
 from voicepipe.audio import resample
 from voicepipe.events import (
+    Error,
     Event,
+    InputCleared,
     SpeechAudio,
     SpeechPaused,
     SpeechStarted,
@@ -31,6 +33,9 @@ MIN_PARTIAL_S = 0.5  # shorter audio gives Whisper too little to say anything st
 # stops delays the final one, so on a slow device they are spaced out rather than run back to back.
 PARTIAL_SHARE = 3
 ASR_JOBS = ("asr_warm_up", "asr_partial", "asr_final")  # job kinds whose durations measure an ASR pass
+# Final passes one call may have waiting: a client sending utterances faster than they can be transcribed
+# (audio faster than real time) has the surplus dropped with an error, instead of queueing device work.
+MAX_PENDING_FINALS = 3
 
 
 @dataclass(eq=False)
@@ -46,6 +51,11 @@ class _Utterance:
 
     def audio(self) -> np.ndarray:
         return np.concatenate(self.chunks) if self.chunks else np.zeros(0, np.float32)
+
+    def cancel(self) -> None:
+        """Stop its partial pass (skipped if it has not started): the utterance is over."""
+        if self.partial_task is not None:
+            self.partial_task.cancel()
 
 
 class ASRStage(Stage):
@@ -66,6 +76,7 @@ class ASRStage(Stage):
         self.finals = finals or ASRBatcher(engine, asr)
         self.utterance: _Utterance | None = None
         self._last_final: asyncio.Task | None = None
+        self._pending_finals = 0
 
     async def process(self, event: Event) -> None:
         utt = self.utterance
@@ -88,9 +99,20 @@ class ASRStage(Stage):
             self.emit(event)
             if utt is not None and utt.item_id == event.item_id:
                 self.utterance = None
-                if utt.partial_task is not None:
-                    utt.partial_task.cancel()  # skipped if it has not started
+                utt.cancel()
+                if self._pending_finals >= MAX_PENDING_FINALS:
+                    self.emit(Error("too_much_audio", f"{MAX_PENDING_FINALS} utterances are still being "
+                                    "transcribed; this one was dropped (is the audio sent faster than real time?)"))
+                    return
+                self._pending_finals += 1
                 self._last_final = self.spawn(self._final(utt, event, self._last_final))
+        elif isinstance(event, InputCleared):
+            if utt is not None and utt.item_id == event.item_id:
+                self.utterance = None
+                utt.cancel()
+                if utt.early is not None:
+                    utt.early[1].cancel()
+            self.emit(event)
         else:
             self.emit(event)
 
@@ -149,6 +171,13 @@ class ASRStage(Stage):
         return text
 
     async def _final(self, utt: _Utterance, stopped: SpeechStopped, previous: asyncio.Task | None) -> None:
+        try:
+            await self._transcribe_final(utt, stopped, previous)
+        finally:
+            self._pending_finals -= 1
+
+    async def _transcribe_final(self, utt: _Utterance, stopped: SpeechStopped, previous: asyncio.Task | None
+                                ) -> None:
         text = None
         if utt.early is not None:
             covered, task = utt.early

@@ -21,6 +21,10 @@ class Conversation:
         self.items.append(item)
         return item
 
+    def truncate(self, item: dict[str, str], heard: str) -> None:
+        """An assistant reply was cut off: the conversation keeps only the text the caller heard."""
+        item["content"] = heard
+
     def append(self, item: dict[str, str]) -> None:
         """Add a message built elsewhere (a speculative reply's, once its turn is confirmed)."""
         self.items.append(item)

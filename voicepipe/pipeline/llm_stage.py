@@ -10,7 +10,10 @@ from voicepipe.events import (
     CancelRequested,
     Error,
     Event,
+    InputCleared,
+    ItemCreated,
     ResponseCreated,
+    ResponseRequested,
     SpeechResumed,
     SpeechStarted,
     SpeechStopped,
@@ -69,8 +72,17 @@ class LLMStage(Stage):
             self.cancel("client_cancelled")
         elif isinstance(event, TranscriptEarly) and event.text.strip() and self.config.speculative:
             self._speculate(event)
-        elif isinstance(event, SpeechResumed):
+        elif isinstance(event, SpeechResumed | InputCleared):
             self._drop_speculation()
+        elif isinstance(event, ItemCreated):
+            self.conversation.add(event.role, event.text)
+        elif isinstance(event, ResponseRequested):
+            if self.turn is not None and self.turn.active and not self.turn.speculative:
+                self.emit(Error("conversation_already_has_active_response", "a response is in progress; "
+                                "cancel it (response.cancel) or wait for its response.done"))
+            else:
+                self._drop_speculation()
+                self._reply(None, time.monotonic(), None)
         elif isinstance(event, TranscriptFinal) and event.text.strip():
             turn = self.turn
             if (turn is not None and turn.speculative and turn.active and turn.item_id == event.item_id
@@ -105,9 +117,14 @@ class LLMStage(Stage):
         self.emit(TurnCancelled(turn, reason))
 
     def _start(self, final: TranscriptFinal) -> None:
+        self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s)
+
+    def _reply(self, item_id: str | None, speech_end: float, transcript_at: float | None) -> None:
+        """Answer the conversation as it stands, against the deadline counted from `speech_end`."""
         self.cancel("superseded")
-        turn = self._new_turn(final.item_id, final.speech_end, self.conversation.add("assistant", ""))
-        turn.mark("final_transcript", final.speech_end + final.ready_s)
+        turn = self._new_turn(item_id, speech_end, self.conversation.add("assistant", ""))
+        if transcript_at is not None:
+            turn.mark("final_transcript", transcript_at)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens)
         self._begin(turn, prompt, RequestClass.REALTIME, self.call_id)
 
@@ -135,13 +152,14 @@ class LLMStage(Stage):
                             self.call_id)
         self.emit(TurnConfirmed(turn))
 
-    def _new_turn(self, item_id: str, speech_end: float, message: dict[str, str]) -> Turn:
+    def _new_turn(self, item_id: str | None, speech_end: float, message: dict[str, str]) -> Turn:
         response_id = new_id("resp")
         return Turn(response_id, f"{self.call_id}-{response_id}", item_id, speech_end,
                     speech_end + self.config.ttfa_s, message)
 
     def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:
         self.turn = turn
+        turn.prompt_tokens = len(prompt)
         turn.mark("reply_started")  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
         self.emit(ResponseCreated(turn, held=turn.speculative))
@@ -156,6 +174,7 @@ class LLMStage(Stage):
             async for out in outputs:
                 if out.token_id is not None:
                     turn.mark("first_token")
+                    turn.output_tokens += 1
                 if out.text:
                     turn.text += out.text
                     self.emit(TextDelta(turn, out.text))

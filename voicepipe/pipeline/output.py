@@ -11,16 +11,20 @@ from voicepipe.events import (
     CancelRequested,
     Error,
     Event,
+    InputCleared,
+    ItemCreated,
     ResponseCreated,
     SpeechStarted,
     SpeechStopped,
     TextDelta,
     TranscriptDelta,
     TranscriptFinal,
+    TruncateRequested,
     TurnCancelled,
     TurnConfirmed,
     TurnDone,
 )
+from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
@@ -29,6 +33,7 @@ from voicepipe.pipeline.turn import Turn
 Send = Callable[..., Awaitable[None]]
 MAX_FRAME_S = 2.0  # longer sentences go out in several frames, well under the usual 1 MiB message limits
 CANCEL_REASONS = {"barge_in": "turn_detected", "client_cancelled": "client_cancelled"}
+RECENT_TURNS = 16  # assistant items a client may still truncate
 
 
 def error_message(code: str, message: str, kind: str = "invalid_request_error") -> dict:
@@ -46,11 +51,14 @@ class ClientOutput(Stage):
     instead, the caller never hears of it.
     """
 
-    def __init__(self, send: Send, engine: Engine, pacing: Pacing, sample_rate: int) -> None:
+    def __init__(self, send: Send, engine: Engine, pacing: Pacing, sample_rate: int, conversation: Conversation
+                 ) -> None:
         super().__init__()
         self.send, self.engine, self.pacing, self.sample_rate = send, engine, pacing, sample_rate
+        self.conversation = conversation
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
         self._held: dict[Turn, list[Event]] = {}
+        self._recent: dict[str, Turn] = {}  # by assistant item id, the last RECENT_TURNS turns
 
     async def process(self, event: Event) -> None:
         turn: Turn | None = getattr(event, "turn", None)
@@ -77,7 +85,18 @@ class ClientOutput(Stage):
             await self._interrupt(now)
         elif isinstance(event, SpeechStopped):
             await self.send({"type": "input_audio_buffer.speech_stopped", "item_id": event.item_id,
-                             "audio_end_ms": event.audio_end_ms})
+                             "audio_end_ms": event.audio_end_ms},
+                            {"type": "input_audio_buffer.committed", "item_id": event.item_id})
+        elif isinstance(event, InputCleared):
+            await self.send({"type": "input_audio_buffer.cleared"})
+        elif isinstance(event, ItemCreated):
+            item = {"id": event.item_id, "type": "message", "role": event.role, "status": "completed",
+                    "content": [{"type": "input_text" if event.role != "assistant" else "output_text",
+                                 "text": event.text}]}
+            await self.send({"type": "conversation.item.added", "item": item},
+                            {"type": "conversation.item.done", "item": item})
+        elif isinstance(event, TruncateRequested):
+            await self._truncate(event, now)
         elif isinstance(event, TranscriptDelta):
             await self.send({"type": "conversation.item.input_audio_transcription.delta", "item_id": event.item_id,
                              "delta": event.delta, "partial": event.partial})
@@ -85,11 +104,16 @@ class ClientOutput(Stage):
             await self.send({"type": "conversation.item.input_audio_transcription.completed",
                              "item_id": event.item_id, "transcript": event.text})
         elif isinstance(event, ResponseCreated):
+            turn = event.turn
+            self._recent[turn.output_item_id] = turn
+            while len(self._recent) > RECENT_TURNS:
+                del self._recent[next(iter(self._recent))]
+            output = [{"id": turn.output_item_id, "type": "message", "role": "assistant"}]
             await self.send({"type": "response.created",
-                             "response": {"id": event.turn.response_id, "status": "in_progress"}})
+                             "response": {"id": turn.response_id, "status": "in_progress", "output": output}})
         elif isinstance(event, TextDelta):
             await self.send({"type": "response.text.delta", "response_id": event.turn.response_id,
-                             "delta": event.text})
+                             "item_id": event.turn.output_item_id, "delta": event.text})
         elif isinstance(event, AudioOut):
             step = int(MAX_FRAME_S * self.sample_rate)
             for start in range(0, len(event.pcm), step):
@@ -120,7 +144,7 @@ class ClientOutput(Stage):
         self._audible = turn
         self.pacing.repace(turn)
         await self.send({"type": "response.audio.delta", "response_id": turn.response_id,
-                         "bytes": 2 * len(pcm), "sample_rate": self.sample_rate},
+                         "item_id": turn.output_item_id, "bytes": 2 * len(pcm), "sample_rate": self.sample_rate},
                         pcm.astype("<i2", copy=False).tobytes())
 
     async def _interrupt(self, now: float) -> None:
@@ -131,11 +155,25 @@ class ClientOutput(Stage):
     async def _stop_audio(self, turn: Turn, now: float) -> None:
         """Cut the turn's audio off: the conversation keeps only the text the caller heard."""
         turn.stop_audio(now)
-        turn.message["content"] = turn.played_text(now)
+        self.conversation.truncate(turn.message, turn.played_text(now))
         if self._audible is turn:
             self._audible = None
             self.pacing.clear(now)
             await self.send({"type": "output_audio_buffer.cleared", "response_id": turn.response_id})
+
+    async def _truncate(self, event: TruncateRequested, now: float) -> None:
+        """The client stopped playing an item: its audio stops here too, and the conversation keeps the
+        words of the audio it played."""
+        turn = self._recent.get(event.item_id)
+        if turn is None:
+            await self.send(error_message("item_not_found", f"no assistant item {event.item_id!r} to truncate"))
+            return
+        if turn is self._audible:
+            await self._stop_audio(turn, now)
+        turn.stop_audio(now)
+        self.conversation.truncate(turn.message, turn.text_until(event.audio_end_ms / 1000))
+        await self.send({"type": "conversation.item.truncated", "item_id": event.item_id, "content_index": 0,
+                         "audio_end_ms": event.audio_end_ms})
 
     async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:
         turn.finished = True
@@ -152,6 +190,10 @@ class ClientOutput(Stage):
         for stage, seconds in turn.timings.items():
             metrics.turn_stage.labels(stage).observe(seconds)
         response = {"id": turn.response_id, "status": status,
+                    "output": [{"id": turn.output_item_id, "type": "message", "role": "assistant",
+                                "text": turn.message["content"]}],
+                    "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.output_tokens,
+                              "total_tokens": turn.prompt_tokens + turn.output_tokens},
                     "timings": {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()},
                     "deadline_met": met, "underruns": turn.underruns}
         if reason is not None:

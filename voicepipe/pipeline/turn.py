@@ -2,7 +2,10 @@
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from voicepipe.events import new_id
 
 
 @dataclass(eq=False)
@@ -15,7 +18,7 @@ class Turn:
 
     response_id: str
     request_id: str
-    item_id: str  # the user utterance it answers
+    item_id: str | None  # the user utterance it answers (None: asked for with response.create)
     speech_end: float
     deadline: float  # when its first audio is due
     message: dict[str, str]  # its assistant message in the conversation
@@ -25,6 +28,9 @@ class Turn:
     pending: dict[int, float] = field(default_factory=dict)  # sentence -> estimated seconds, being synthesized
     timings: dict[str, float] = field(default_factory=dict)
     underruns: int = 0
+    output_item_id: str = field(default_factory=lambda: new_id("item"))  # its assistant message's id
+    prompt_tokens: int = 0
+    output_tokens: int = 0
     audio_stopped_at: float | None = None  # when the caller's playback of it was cut off
     llm_done: bool = False
     speculative: bool = False  # started at a pause, before the end of the utterance was confirmed
@@ -55,11 +61,22 @@ class Turn:
         the sentence playing, in proportion to its audio played (as the Realtime API truncates)."""
         if self.audio_stopped_at is not None:
             now = min(now, self.audio_stopped_at)
+        return self._heard(lambda start, seconds, before: min(max(now - start, 0.0), seconds))
+
+    def text_until(self, audio_s: float) -> str:
+        """The reply as far as its first `audio_s` seconds of audio say (what a client that stopped playing
+        there heard)."""
+        return self._heard(lambda start, seconds, before: min(max(audio_s - before, 0.0), seconds))
+
+    def _heard(self, played_of: Callable[[float, float, float], float]) -> str:
+        """Words heard, given how many seconds of each chunk (start, seconds, audio before it) were played."""
         total: dict[int, float] = defaultdict(float)
         played: dict[int, float] = defaultdict(float)
+        before = 0.0
         for index, start, seconds in self.playback:
             total[index] += seconds
-            played[index] += min(max(now - start, 0.0), seconds)
+            played[index] += played_of(start, seconds, before)
+            before += seconds
         heard: list[str] = []
         for index in sorted(total):
             words = self.sentences[index].split()

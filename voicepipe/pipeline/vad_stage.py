@@ -4,8 +4,11 @@ import time
 
 from voicepipe.events import (
     AudioIn,
+    ClearRequested,
+    CommitRequested,
     Error,
     Event,
+    InputCleared,
     SpeechAudio,
     SpeechPaused,
     SpeechResumed,
@@ -14,7 +17,7 @@ from voicepipe.events import (
     new_id,
 )
 from voicepipe.pipeline.stage import Stage
-from voicepipe.vad import SAMPLE_RATE, Endpointer
+from voicepipe.vad import SAMPLE_RATE, Boundary, Endpointer
 
 
 class VADStage(Stage):
@@ -27,11 +30,23 @@ class VADStage(Stage):
         self._paused = False  # silence began after speech, and the utterance is not over yet
 
     async def process(self, event: Event) -> None:
-        if not isinstance(event, AudioIn):
+        if isinstance(event, AudioIn):
+            self._boundaries(self.endpointer.feed(event.samples))
+        elif isinstance(event, CommitRequested):
+            found = self.endpointer.commit()
+            if not found:
+                self.emit(Error("input_audio_buffer_commit_empty", "there is no speech in the input audio buffer "
+                                "to commit"))
+            self._boundaries(found)
+        elif isinstance(event, ClearRequested):
+            self._paused = False
+            self.emit(InputCleared(self.item_id if self.endpointer.clear() else None))
+        else:
             self.emit(event)
-            return
+
+    def _boundaries(self, boundaries: list[Boundary]) -> None:
         now = time.monotonic()
-        for found in self.endpointer.feed(event.samples):
+        for found in boundaries:
             ms = found.position * 1000 // SAMPLE_RATE
             if found.kind == "start":
                 self.item_id = new_id("item")

@@ -1,0 +1,97 @@
+"""The routes: the web page, health and metrics, the two call protocols and the text API, behind one
+security check."""
+
+import mimetypes
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, WebSocket
+from fastapi.responses import JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from voicepipe import __version__
+from voicepipe.server.chat_api import build_router, install_error_handlers
+from voicepipe.server.realtime import RealtimeDialect
+from voicepipe.server.security import Access
+
+if TYPE_CHECKING:
+    from voicepipe.server.voice_server import VoiceServer
+
+mimetypes.add_type("text/javascript", ".js")  # some systems' tables still say application/javascript
+OPEN_PATHS = ("/health", "/ready", "/metrics")  # probes and scrapers: no key, nothing private
+
+
+def build_app(server: "VoiceServer") -> FastAPI:
+    app = FastAPI(title="voicepipe", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    engine = server.runtime.engine
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        if server.ready:
+            return JSONResponse({"status": "ready"})
+        state = "draining" if server.draining else "warming_up"
+        return JSONResponse({"status": state}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        engine.snapshot()  # refreshes the queue and pool gauges
+        return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.websocket("/ws")
+    async def native_call(ws: WebSocket) -> None:
+        await server.serve_call(ws, ws.scope["voicepipe.access"], "native")
+
+    @app.websocket("/v1/realtime")
+    async def realtime_call(ws: WebSocket) -> None:
+        beta = ws.headers.get("openai-beta", "").startswith("realtime=v1")
+        await server.serve_call(ws, ws.scope["voicepipe.access"], "realtime",
+                                lambda line: RealtimeDialect(line, server.runtime, beta=beta))
+
+    install_error_handlers(app)
+    app.include_router(build_router(server))
+    app.mount("/", StaticFiles(directory=server.web_dir, html=True), name="web")
+    return Guard(app, server)
+
+
+class Guard:
+    """Checks every request and websocket upgrade before the app sees it (see `Security`)."""
+
+    def __init__(self, app: ASGIApp, server: "VoiceServer") -> None:
+        self.app, self.server = app, server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        websocket = scope["type"] == "websocket"
+        access = self.server.security.check(headers, scope.get("query_string", b"").decode("latin-1"), websocket)
+        if not access.allowed and not _open(scope, access):
+            await _refuse(scope, receive, send, access)
+            return
+        scope["voicepipe.access"] = access
+        await self.app(scope, receive, send)
+
+
+def _open(scope: Scope, access: Access) -> bool:
+    """The page, probes and metrics need no key (the page's calls do); a bad Host is refused everywhere."""
+    if access.status != 401 or scope["type"] != "http":
+        return False
+    path = scope["path"]
+    return path in OPEN_PATHS or not path.startswith("/v1/")
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, access: Access) -> None:
+    body = {"error": {"message": access.reason, "type": "invalid_request_error",
+                      "code": "invalid_api_key" if access.status == 401 else "forbidden"}}
+    response = JSONResponse(body, status_code=access.status)
+    if scope["type"] == "websocket":
+        ws = WebSocket(scope, receive, send)
+        await ws.send_denial_response(response)
+    else:
+        await response(scope, receive, send)

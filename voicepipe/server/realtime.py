@@ -1,0 +1,204 @@
+"""`/v1/realtime`: the OpenAI Realtime API's dialect over a native call.
+
+A `RealtimeDialect` is the transport the session talks to: it turns the client's Realtime events into
+native ones (24 kHz base64 audio into 16 kHz frames, the GA session shape into the native one) and the
+session's native events into Realtime ones (audio frames into base64 deltas at 24 kHz, responses into
+their output item and content part events, an `event_id` on each). The pipeline never knows which
+dialect its caller speaks.
+"""
+
+import base64
+import binascii
+import json
+import logging
+from typing import Any
+
+import numpy as np
+import soxr
+
+from voicepipe.events import new_id
+from voicepipe.pipeline.output import error_message
+from voicepipe.runtime import Runtime
+from voicepipe.server.chat_api import model_name
+from voicepipe.server.realtime_session import RATE, UnsupportedSession, ga_session, native_update
+from voicepipe.transport import Transport
+from voicepipe.vad import SAMPLE_RATE
+
+log = logging.getLogger(__name__)
+# GA name -> the beta name older clients read (sent instead when the client asks for the beta).
+BETA_NAMES = {"response.output_audio.delta": "response.audio.delta",
+              "response.output_audio.done": "response.audio.done",
+              "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+              "response.output_audio_transcript.done": "response.audio_transcript.done",
+              "conversation.item.added": "conversation.item.created"}
+
+
+class RealtimeDialect:
+    """A Transport speaking the Realtime API to `line` and the native protocol to the session."""
+
+    def __init__(self, line: Transport, runtime: Runtime, beta: bool = False) -> None:
+        self.line, self.beta = line, beta
+        self.model = model_name(runtime.engine.runner.model)
+        self.tts_rate = runtime.tts.sample_rate
+        self._mic = soxr.ResampleStream(RATE, SAMPLE_RATE, 1, dtype="int16")
+        self._speaker: soxr.ResampleStream | None = None
+        self._audio_header: dict | None = None  # the native delta whose binary frame comes next
+        self._responses: dict[str, dict] = {}  # response id -> its assistant item, transcript so far
+
+    # -- client -> session -----------------------------------------------------------------------------------
+    async def recv(self) -> str | bytes:
+        while True:
+            message = await self.line.recv()
+            if isinstance(message, bytes):
+                await self._send(error_message("invalid_event", "send audio as input_audio_buffer.append events "
+                                               "(base64 PCM16 at 24 kHz), not binary frames"))
+                continue
+            try:
+                event = json.loads(message)
+            except (ValueError, RecursionError):
+                return message  # the session reports it
+            native = await self._inbound(event) if isinstance(event, dict) else message
+            if native is not None:
+                return native
+
+    async def _inbound(self, event: dict) -> str | bytes | None:
+        kind = event.get("type")
+        if kind == "input_audio_buffer.append":
+            try:
+                pcm = base64.b64decode(event.get("audio") or "", validate=True)
+            except (binascii.Error, ValueError, TypeError) as e:
+                await self._send(error_message("invalid_audio", f"input_audio_buffer.append: {e}"))
+                return None
+            if len(pcm) % 2:
+                await self._send(error_message("invalid_audio", "PCM16 audio needs an even number of bytes"))
+                return None
+            return self._mic.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2").tobytes() or None
+        if kind == "session.update":
+            try:
+                return json.dumps({"type": "session.update", "session": native_update(event.get("session"))})
+            except UnsupportedSession as e:
+                await self._send(error_message("unsupported_session", str(e)))
+                return None
+        return json.dumps(event)  # the rest has the same name and shape natively (or the session says so)
+
+    # -- session -> client -----------------------------------------------------------------------------------
+    async def send(self, message: str | bytes) -> None:
+        if isinstance(message, bytes):
+            await self._audio(message)
+            return
+        event = json.loads(message)
+        for out in self._outbound(event):
+            await self._send(out)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        await self.line.close(code, reason)
+
+    async def _send(self, event: dict) -> None:
+        if self.beta:
+            event["type"] = BETA_NAMES.get(event["type"], event["type"])
+        await self.line.send(json.dumps({"event_id": new_id("event"), **event}))
+
+    async def _audio(self, pcm: bytes) -> None:
+        header, self._audio_header = self._audio_header, None
+        if header is None:
+            return
+        if self._speaker is None:
+            self._speaker = soxr.ResampleStream(self.tts_rate, RATE, 1, dtype="int16")
+        audio = self._speaker.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2")
+        response = self._responses.get(header["response_id"])
+        if response is not None and len(audio):
+            await self._send({"type": "response.output_audio.delta", **response["where"],
+                              "delta": base64.b64encode(audio.tobytes()).decode()})
+
+    def _outbound(self, event: dict) -> list[dict]:
+        kind = event.get("type")
+        if kind in ("session.created", "session.updated"):
+            return [{"type": kind, "session": ga_session(event["session"], self.model, self.beta)}]
+        if kind == "scheduler.stats":
+            return []  # the web page's panel; not a Realtime event
+        if kind == "input_audio_buffer.committed":
+            item = _user_item(event["item_id"], None)
+            return [{**event, "previous_item_id": None}, {"type": "conversation.item.added", "item": item}]
+        if kind == "conversation.item.input_audio_transcription.delta":
+            return [{"type": kind, "item_id": event["item_id"], "content_index": 0, "delta": event["delta"]}]
+        if kind == "conversation.item.input_audio_transcription.completed":
+            done = {"type": "conversation.item.done", "item": _user_item(event["item_id"], event["transcript"])}
+            return [{**event, "content_index": 0}, done]
+        if kind == "response.created":
+            return self._response_created(event["response"])
+        if kind == "response.text.delta":
+            response = self._responses.get(event["response_id"])
+            if response is None:
+                return []
+            response["transcript"] += event["delta"]
+            return [{"type": "response.output_audio_transcript.delta", **response["where"], "delta": event["delta"]}]
+        if kind == "response.audio.delta":
+            self._audio_header = event
+            return []
+        if kind == "response.audio.done":
+            return self._audio_done(event["response_id"])
+        if kind == "response.done":
+            return self._response_done(event["response"])
+        if kind == "error":
+            return [{"type": "error", "error": {**event["error"], "param": None, "event_id": None}}]
+        return [event]
+
+    def _response_created(self, response: dict) -> list[dict]:
+        item_id = response["output"][0]["id"]
+        where = {"response_id": response["id"], "item_id": item_id, "output_index": 0, "content_index": 0}
+        self._responses[response["id"]] = {"where": where, "transcript": "", "audio_done": False}
+        self._speaker = None  # a fresh resampler: no tail of the last reply
+        item = _assistant_item(item_id, "in_progress", None)
+        part = {"type": "output_audio", "transcript": ""}
+        return [{"type": "response.created", "response": _response(response["id"], "in_progress", [])},
+                {"type": "response.output_item.added", "response_id": response["id"], "output_index": 0,
+                 "item": item},
+                {"type": "conversation.item.added", "previous_item_id": None, "item": item},
+                {"type": "response.content_part.added", **where, "part": part}]
+
+    def _audio_done(self, response_id: str) -> list[dict]:
+        response = self._responses.get(response_id)
+        if response is None or response["audio_done"]:
+            return []
+        response["audio_done"] = True
+        return [{"type": "response.output_audio.done", **response["where"]}]
+
+    def _response_done(self, native: dict) -> list[dict]:
+        response = self._responses.pop(native["id"], None)
+        if response is None:
+            return [{"type": "response.done", "response": _response(native["id"], native["status"], [])}]
+        where = response["where"]
+        transcript = native["output"][0]["text"] if native.get("output") else response["transcript"]
+        status = "completed" if native["status"] == "completed" else "incomplete"
+        item = _assistant_item(where["item_id"], status, transcript)
+        body = _response(native["id"], native["status"], [item], native.get("usage"))
+        body.update({k: native[k] for k in ("status_details", "timings", "deadline_met", "underruns") if k in native})
+        return [*self._audio_done(native["id"]),
+                {"type": "response.output_audio_transcript.done", **where, "transcript": response["transcript"]},
+                {"type": "response.content_part.done", **where,
+                 "part": {"type": "output_audio", "transcript": response["transcript"]}},
+                {"type": "response.output_item.done", "response_id": native["id"], "output_index": 0, "item": item},
+                {"type": "conversation.item.done", "item": item},
+                {"type": "response.done", "response": body}]
+
+
+def _user_item(item_id: str, transcript: str | None) -> dict:
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "user",
+            "status": "completed", "content": [{"type": "input_audio", "transcript": transcript}]}
+
+
+def _assistant_item(item_id: str, status: str, transcript: str | None) -> dict:
+    content = [] if transcript is None else [{"type": "output_audio", "transcript": transcript}]
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+            "status": status, "content": content}
+
+
+def _response(response_id: str, status: str, output: list[dict], usage: dict[str, Any] | None = None) -> dict:
+    body: dict[str, Any] = {"id": response_id, "object": "realtime.response", "status": status,
+                            "output": output, "output_modalities": ["audio"],
+                            "audio": {"output": {"format": {"type": "audio/pcm", "rate": RATE}, "voice": "piper"}}}
+    if usage is not None:
+        body["usage"] = {**usage, "input_token_details": {"text_tokens": usage["input_tokens"], "audio_tokens": 0,
+                                                          "cached_tokens": 0},
+                         "output_token_details": {"text_tokens": usage["output_tokens"], "audio_tokens": 0}}
+    return body

@@ -1,0 +1,81 @@
+"""The session object of the OpenAI Realtime API (GA, and the beta's older shape), mapped to and from the
+native session: what `session.update` may change here, and what `session.created` reports."""
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+RATE = 24000  # the Realtime API's PCM rate, both ways
+PCM_NAMES = ("audio/pcm", "pcm16")  # GA's format type, and the beta's format string
+VAD_FIELDS = ("threshold", "prefix_padding_ms", "silence_duration_ms")
+# Standard fields this server accepts and ignores (with a warning in its log), rather than failing a client
+# that sets them out of habit.
+IGNORED = ("model", "output_modalities", "modalities", "voice", "tools", "tool_choice", "max_output_tokens",
+           "max_response_output_tokens", "temperature", "tracing", "include", "prompt", "truncation",
+           "input_audio_transcription", "input_audio_noise_reduction", "speed", "client_secret",
+           "expires_at", "object", "id")
+
+
+class UnsupportedSession(ValueError):
+    """A session.update asking for something this server cannot do (another audio format)."""
+
+
+def native_update(session: Any) -> dict:
+    """The native `session.update` body for a GA (or beta) session; warns of fields it ignores."""
+    if not isinstance(session, dict):
+        return session  # the native session reports the error
+    if session.get("type", "realtime") != "realtime":
+        raise UnsupportedSession(f"session type {session.get('type')!r} is not supported; use 'realtime'")
+    native: dict[str, Any] = {}
+    ignored = [name for name in session if name in IGNORED]
+    for name in ("instructions", "scheduler"):
+        if name in session:
+            native[name] = session[name]
+    audio = session.get("audio") or {}
+    inputs, outputs = (audio.get("input") or {}), (audio.get("output") or {})
+    _check_format(inputs.get("format", session.get("input_audio_format")), "input")
+    _check_format(outputs.get("format", session.get("output_audio_format")), "output")
+    ignored += [f"audio.input.{k}" for k in inputs if k not in ("format", "turn_detection")]
+    ignored += [f"audio.output.{k}" for k in outputs if k != "format"]
+    detection = inputs["turn_detection"] if "turn_detection" in inputs else session.get("turn_detection", {})
+    if detection is None or not isinstance(detection, dict) or detection.get("type", "server_vad") != "server_vad":
+        ignored.append("turn_detection (server VAD stays on)")
+    else:
+        native["turn_detection"] = {k: v for k, v in detection.items() if k in VAD_FIELDS}
+        ignored += [f"turn_detection.{k}" for k in detection if k not in (*VAD_FIELDS, "type")]
+    unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio",
+                                               "input_audio_format", "output_audio_format", "turn_detection")]
+    if ignored or unknown:
+        log.warning("session.update: ignored %s", ", ".join(ignored + unknown))
+    return native
+
+
+def _check_format(fmt: Any, which: str) -> None:
+    if fmt is None:
+        return
+    kind, rate = None, None
+    if isinstance(fmt, str):
+        kind, rate = fmt, RATE
+    elif isinstance(fmt, dict):
+        kind, rate = fmt.get("type"), fmt.get("rate", RATE)
+    if kind not in PCM_NAMES or rate != RATE:
+        raise UnsupportedSession(f"{which} audio format {fmt!r} is not supported; this server speaks "
+                                 f"{{'type': 'audio/pcm', 'rate': {RATE}}} (beta: 'pcm16')")
+
+
+def ga_session(native: dict, model: str, beta: bool) -> dict:
+    """The session as a Realtime client expects to read it."""
+    vad = {"type": "server_vad", **{k: native["turn_detection"][k] for k in VAD_FIELDS},
+           "create_response": True, "interrupt_response": True}
+    common = {"id": native["id"], "object": "realtime.session", "model": model,
+              "instructions": native["instructions"], "scheduler": native["scheduler"], "limits": native["limits"]}
+    if beta:
+        return {**common, "modalities": ["audio", "text"], "voice": "piper", "input_audio_format": "pcm16",
+                "output_audio_format": "pcm16", "turn_detection": vad}
+    pcm = {"type": "audio/pcm", "rate": RATE}
+    return {**common, "type": "realtime", "output_modalities": ["audio"],
+            "audio": {"input": {"format": pcm, "turn_detection": vad, "transcription": {"model": "whisper"},
+                                "noise_reduction": None},
+                      "output": {"format": pcm, "voice": "piper", "speed": 1.0}},
+            "tools": [], "tool_choice": "auto", "max_output_tokens": "inf", "tracing": None,
+            "truncation": "auto"}

@@ -1,0 +1,48 @@
+"""`voicepipe serve`'s main loop: listen, warm up, serve, and on SIGTERM or Ctrl-C drain and exit cleanly."""
+
+import asyncio
+import signal
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+from voicepipe.runtime import Runtime
+from voicepipe.server.security import Security
+from voicepipe.server.voice_server import VoiceServer
+
+if TYPE_CHECKING:
+    from voicepipe.server.settings import ServeSettings
+
+
+def say(line: str) -> None:
+    print(f"voicepipe: {line}", file=sys.stderr, flush=True)
+
+
+async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.socket) -> None:
+    """Serve on `sock` until SIGTERM or SIGINT.
+
+    The server listens while the models warm up (`/health` answers, `/ready` says 503 until they are
+    warm). On a signal it drains: new calls are refused, replies in progress get `settings.drain_s` to
+    finish, then the calls are closed and the engine stopped while this event loop still runs, so the
+    aborts of their requests find a loop to report to.
+    """
+    security = Security(settings.api_key, frozenset(o.rstrip("/") for o in settings.allow_origins),
+                        loopback_only=settings.loopback)
+    server = VoiceServer(runtime, settings.limits(), settings.call_config(), security)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start(sock=sock, ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
+        say("warming up the models ...")
+        await runtime.warm_up()
+        print(f"voicepipe: listening on {server.url}", flush=True)
+        await stop.wait()
+        say(f"shutting down: finishing replies in progress (up to {settings.drain_s:g} s) ...")
+        await server.drain(settings.drain_s)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await server.close()
+        runtime.close()

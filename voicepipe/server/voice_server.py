@@ -1,0 +1,136 @@
+"""The voice server: one ASGI app on uvicorn, in the caller's event loop, holding the calls."""
+
+import asyncio
+import json
+import logging
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import uvicorn
+from starlette.websockets import WebSocket
+
+from voicepipe.limits import Limits
+from voicepipe.pipeline import CallConfig
+from voicepipe.pipeline.output import error_message
+from voicepipe.runtime import Runtime
+from voicepipe.server.http_protocol import DeadlineH11Protocol
+from voicepipe.server.listen import bind_socket, is_loopback
+from voicepipe.server.metrics import call_metrics
+from voicepipe.server.security import Access, Security
+from voicepipe.server.websocket import WebSocketLine
+from voicepipe.session import Session
+from voicepipe.transport import Transport
+from voicepipe.web_files import WEB_DIR
+
+log = logging.getLogger(__name__)
+# Messages up to this many times the limit still arrive, so the session can answer them with an error
+# event and go on; past it the websocket layer closes the connection (code 1009).
+TRANSPORT_SLACK = 4
+Dialect = Callable[[Transport], Transport]  # wraps a native-protocol line in another dialect
+
+
+class VoiceServer:
+    """Serves the web page, `/metrics`, `/health`, `/ready`, the OpenAI-compatible APIs, and one call
+    per websocket on `/ws` (native protocol) or `/v1/realtime`, up to `limits.max_calls` at once.
+
+    Each call starts from a copy of `call_config` (instructions, time-to-first-audio deadline, ...).
+    """
+
+    def __init__(self, runtime: Runtime, limits: Limits | None = None, call_config: CallConfig | None = None,
+                 security: Security | None = None, web_dir: Path = WEB_DIR) -> None:
+        from voicepipe.server.app import build_app  # here: the app's routes take this server
+
+        self.runtime = runtime
+        self.limits = limits or Limits()
+        self.call_config = call_config or CallConfig()
+        self.security = security or Security()
+        self.web_dir = web_dir.resolve()
+        self.calls: set[Session] = set()
+        self.draining = False
+        self.metrics = call_metrics(runtime.engine.metrics.registry)
+        self.app = build_app(self)
+        self.uvicorn: uvicorn.Server | None = None
+        self.sockets: list[socket.socket] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 8000, sock: socket.socket | None = None,
+                    ssl_certfile: str | None = None, ssl_keyfile: str | None = None) -> None:
+        """Listen on `sock`, or on host:port. A server bound to loopback only answers loopback names."""
+        sock = sock or bind_socket(host, port)
+        if not is_loopback(sock.getsockname()[0]) and self.security.loopback_only:
+            self.security = Security(self.security.api_key, self.security.allow_origins, loopback_only=False)
+        config = uvicorn.Config(
+            self.app, log_level="warning", lifespan="off", http=DeadlineH11Protocol, ws="websockets-sansio",
+            # No permessage-deflate: PCM barely compresses, and deflating it costs the cores the models need.
+            ws_per_message_deflate=False, ws_max_size=TRANSPORT_SLACK * self.limits.max_message_bytes,
+            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile, timeout_graceful_shutdown=5)
+        config.load()
+        self.uvicorn = uvicorn.Server(config)
+        # What uvicorn's own serve() does, less its signal handlers and tick loop: the caller owns both.
+        self.uvicorn.lifespan = config.lifespan_class(config)
+        self.sockets = [sock]
+        await self.uvicorn.startup(sockets=[sock])
+
+    @property
+    def port(self) -> int:
+        return self.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host, port = self.sockets[0].getsockname()[:2]
+        scheme = "https" if self.uvicorn is not None and self.uvicorn.config.is_ssl else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+    @property
+    def ready(self) -> bool:
+        return self.runtime.ready and not self.draining
+
+    async def close(self) -> None:
+        """Close every call, then stop listening."""
+        await asyncio.gather(*(call.ws.close(1001, "server shutting down") for call in list(self.calls)),
+                             return_exceptions=True)
+        if self.uvicorn is not None:
+            self.uvicorn.should_exit = True
+            await self.uvicorn.shutdown()
+            self.uvicorn = None
+
+    async def drain(self, grace_s: float) -> None:
+        """Refuse new calls; give replies in progress up to `grace_s` to finish."""
+        self.draining = True
+        end = asyncio.get_running_loop().time() + grace_s
+        while any(call.replying for call in self.calls) and asyncio.get_running_loop().time() < end:
+            await asyncio.sleep(0.1)
+
+    # -- calls -----------------------------------------------------------------------------------------------
+    async def serve_call(self, ws: WebSocket, access: Access, api: str, dialect: Dialect | None = None) -> None:
+        """Accept one call, or tell the client why not; runs until the call ends."""
+        protocols = ws.scope.get("subprotocols", [])
+        await ws.accept(subprotocol="realtime" if "realtime" in protocols else None)
+        line = WebSocketLine(ws)
+        transport = dialect(line) if dialect is not None else line
+        refusal = self._refusal()
+        if refusal is not None:
+            code, reason, message = refusal
+            self.metrics.refused.labels(reason).inc()
+            log.info("refused a call: %s", message)
+            await transport.send(json.dumps(error_message(reason, message, "server_error")))
+            await line.close(code, reason.replace("_", " "))
+            return
+        session = Session(transport, self.runtime, self.limits, self.call_config, may_tune=access.may_tune)
+        self.calls.add(session)
+        self.metrics.active.labels(api).inc()
+        try:
+            await session.run()
+        finally:
+            self.calls.discard(session)
+            self.metrics.active.labels(api).dec()
+            await line.close()
+
+    def _refusal(self) -> tuple[int, str, str] | None:
+        if self.draining:
+            return 1012, "server_shutting_down", "the server is shutting down; try again later"
+        if len(self.calls) >= self.limits.max_calls:
+            limit = self.limits.max_calls
+            return 1013, "too_many_calls", f"the server takes at most {limit} calls at once; try again later"
+        return None
