@@ -5,7 +5,8 @@ Layout (shared with the Triton kernels):
 - k_cache, v_cache: [P, page_tokens, Hkv, D], one layer's pages;
 - block_tables: [S, max_pages] int32, page ids of each sequence in order (unused slots are ignored);
 - cu_q_lens: [S + 1] int32, sequence s owns query rows cu_q_lens[s]:cu_q_lens[s+1];
-- kv_lens: [S] int32, the tokens in the cache for s, this step's included.
+- kv_lens: [S] int32, the tokens in the cache for s, this step's included;
+- scales: for fp8 caches only, (k_scale, v_scale), each [P, Hkv] float32 (`kernels.fp8`).
 Query i of sequence s sits at position kv_len(s) - q_len(s) + i and attends causally to positions <= it.
 A decode is a one-row query; a prefill shard attends to the cached pages before it and causally within.
 """
@@ -14,12 +15,20 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.fp8 import gather_dequantized, write_kv_fp8
+
+Scales = tuple[torch.Tensor, torch.Tensor] | None
+
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-             slots: torch.Tensor) -> None:
+             slots: torch.Tensor, scales: Scales = None) -> None:
     """Store keys and values [T, Hkv, D] at flat slots (page * page_tokens + offset)."""
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k)
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v)
+    if scales is not None:
+        write_kv_fp8(k_cache, scales[0], k, slots)
+        write_kv_fp8(v_cache, scales[1], v, slots)
+        return
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v.to(v_cache.dtype))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +96,12 @@ def paged_layout(block_tables: torch.Tensor, cu_q_lens: torch.Tensor, kv_lens: t
 def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                               block_tables: torch.Tensor, cu_q_lens: torch.Tensor, kv_lens: torch.Tensor,
                               scale: float, max_q_len: int | None = None,
-                              layout: PagedLayout | None = None) -> torch.Tensor:
+                              layout: PagedLayout | None = None, scales: Scales = None) -> torch.Tensor:
     """Gather each group's keys into a padded batch and run masked attention in one call per group.
 
     `max_q_len` is accepted for the common kernel signature; the reference reads the lengths themselves.
-    A caller running many layers over one step passes the `layout` it computed once.
+    A caller running many layers over one step passes the `layout` it computed once. An fp8 cache is read
+    through its `scales`: the gathered keys and values are dequantized to the queries' dtype.
     """
     if layout is None:
         layout = paged_layout(block_tables, cu_q_lens, kv_lens, k_cache.shape[1], q.dtype)
@@ -101,8 +111,14 @@ def paged_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: t
     for group in layout.groups:
         n_seqs, _, max_q, max_kv = group.bias.shape
         # index_select with flat indices: several times faster on the CPU than indexing with a 2-d index.
-        keys = keys_flat.index_select(0, group.kv_slots).view(n_seqs, max_kv, n_kv, -1).transpose(1, 2)
-        values = values_flat.index_select(0, group.kv_slots).view(n_seqs, max_kv, n_kv, -1).transpose(1, 2)
+        if scales is None:
+            keys = keys_flat.index_select(0, group.kv_slots).to(q.dtype)
+            values = values_flat.index_select(0, group.kv_slots).to(q.dtype)
+        else:
+            keys = gather_dequantized(k_cache, scales[0], group.kv_slots, q.dtype)
+            values = gather_dequantized(v_cache, scales[1], group.kv_slots, q.dtype)
+        keys = keys.view(n_seqs, max_kv, n_kv, -1).transpose(1, 2)
+        values = values.view(n_seqs, max_kv, n_kv, -1).transpose(1, 2)
         q_pad = q.index_select(0, group.q_index).view(n_seqs, max_q, n_heads, -1).transpose(1, 2)
         # Grouped-query attention without copying keys per head; rows of padding come out as NaN, dropped.
         out = torch.nn.functional.scaled_dot_product_attention(

@@ -15,6 +15,9 @@ The program walks the KV positions up to the last one its rows may see, BLOCK_N 
 online softmax (running max and sum, in base 2). Each key looks up its page in the block table, so a tile
 may span several pages and pages need not be contiguous or ordered. Keys past that bound are masked on
 load (never read), so stale or uninitialised cache slots cannot leak into the output.
+
+An fp8 cache comes with per-page scales (`kernels.fp8`): each key and value tile is multiplied by its
+pages' scales as it is loaded and goes on in the queries' dtype.
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ if triton is not None:
 
     @triton.jit
     def _paged_attention_kernel(
-        q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, cu_q_ptr, kv_lens_ptr,
+        q_ptr, k_ptr, v_ptr, out_ptr, tables_ptr, cu_q_ptr, kv_lens_ptr, k_scale_ptr, v_scale_ptr,
         scale_log2, n_seqs,
         stride_qt, stride_qh, stride_qd,
         stride_kp, stride_kt, stride_kh, stride_kd,
         stride_vp, stride_vt, stride_vh, stride_vd,
         stride_ot, stride_oh, stride_od,
-        stride_bs,
+        stride_bs, stride_sp, stride_sh,
+        SCALED: tl.constexpr,
         PAGE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
     ):
@@ -92,6 +96,10 @@ if triton is not None:
 
             k_off = page[None, :] * stride_kp + slot[None, :] * stride_kt + dims[:, None] * stride_kd
             k = tl.load(k_ptr + kv_head * stride_kh + k_off, mask=dim_ok[:, None] & kv_ok[None, :], other=0.0)
+            if SCALED:
+                k_scale = tl.load(k_scale_ptr + page * stride_sp + kv_head * stride_sh, mask=kv_ok, other=0.0)
+                k = k.to(tl.float32) * k_scale[None, :]
+            k = k.to(q.dtype)  # a cache in another dtype than the queries' computes in theirs
             s = tl.dot(q, k, input_precision=PRECISION) * scale_log2
             visible = (kv_pos[None, :] <= q_pos[:, None]) & kv_ok[None, :]
             s = tl.where(visible, s, float("-inf"))
@@ -105,6 +113,10 @@ if triton is not None:
 
             v_off = page[:, None] * stride_vp + slot[:, None] * stride_vt + dims[None, :] * stride_vd
             v = tl.load(v_ptr + kv_head * stride_vh + v_off, mask=kv_ok[:, None] & dim_ok[None, :], other=0.0)
+            if SCALED:
+                v_scale = tl.load(v_scale_ptr + page * stride_sp + kv_head * stride_sh, mask=kv_ok, other=0.0)
+                v = v.to(tl.float32) * v_scale[:, None]
+            v = v.to(q.dtype)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m_i = m_new
 
@@ -123,7 +135,7 @@ def _block_sizes(n_rows: int, n_seqs: int, group: int, page_tokens: int) -> tupl
 
 def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, cu_q_lens: torch.Tensor, kv_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+                           scale: float, scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Attention of packed queries [T, H, D] over a paged cache; same contract as the reference."""
     if triton is None:
         raise ImportError("paged_attention_triton needs the `triton` package")
@@ -143,12 +155,17 @@ def paged_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     grid = (n_rows // block_q + n_seqs, n_kv)
     # fp32 inputs would otherwise go through tf32 on the GPU and drift from the reference.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    k_scale, v_scale = scales if scales is not None else (kv_lens, kv_lens)  # unread unless SCALED
+    if scales is not None and not (k_scale.shape == v_scale.shape == (k_cache.shape[0], n_kv)
+                                   and k_scale.stride() == v_scale.stride()):
+        raise ValueError(f"scales {tuple(k_scale.shape)} do not fit the cache {tuple(k_cache.shape)}")
     _paged_attention_kernel[grid](
-        q, k_cache, v_cache, out, block_tables, cu_q_lens, kv_lens,
+        q, k_cache, v_cache, out, block_tables, cu_q_lens, kv_lens, k_scale, v_scale,
         float(scale) * _LOG2E, n_seqs,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *out.stride(),
-        block_tables.stride(0),
-        PAGE=page_tokens, GROUP=group, HEAD_DIM=head_dim, HEAD_DIM_PAD=triton.next_power_of_2(head_dim),
+        block_tables.stride(0), *(k_scale.stride() if scales is not None else (0, 0)),
+        SCALED=scales is not None, PAGE=page_tokens, GROUP=group, HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=triton.next_power_of_2(head_dim),
         BLOCK_M=block_m, BLOCK_Q=block_q, BLOCK_N=block_n, PRECISION=precision,
     )
     return out

@@ -4,8 +4,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 Policy = Literal["o4", "fcfs", "static"]
-Precision = Literal["fp32", "int8"]
+Precision = Literal["fp32", "bf16", "fp16", "int8"]
 Runner = Literal["lean", "transformers"]
+KVDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8_e4m3"]
 
 
 @dataclass(slots=True)
@@ -21,10 +22,14 @@ class EngineConfig:
     # Model forward: "lean" (our own Llama-family modules, less host work per step; models it cannot compute
     # fall back) or "transformers" (transformers' own modules, the exactness reference).
     runner: Runner = "lean"
-    # KV slab pool.
+    # KV slab pool. A slab is `slab_bytes` of one layer's keys and values; `kv_bytes`, when set, sizes the
+    # whole cache over all layers instead of `num_slabs`. The KV dtype decides how many tokens fit:
+    # "auto" follows the weights, "fp8_e4m3" (per-page scales) holds about twice bf16's tokens.
     page_tokens: int = 16
     slab_bytes: int = 2 * 1024 * 1024
     num_slabs: int = 24
+    kv_bytes: int | None = None
+    kv_dtype: KVDtype = "auto"
     reserve_frac: float = 0.08
     compact_threshold: float = 0.15
     # A realtime request becomes pressing when its deadline is this close.
@@ -33,9 +38,13 @@ class EngineConfig:
     aging_s: float = 5.0
     # Output length predicted for admission before enough requests have finished to take a p95.
     default_output_guess: int = 64
-    # Weights of the model's linear layers: "fp32", or "int8" (a quarter of the bytes each step reads, one
-    # scale per output channel, activations kept near float32; scheduler.quantize says what it costs).
+    # Weights of the model's linear layers: "fp32", "bf16" or "fp16" (the GPU's), or "int8" (CPU only: a
+    # quarter of the bytes each step reads, one scale per output channel, activations kept near float32;
+    # scheduler.quantize says what it costs).
     precision: Precision = "fp32"
+    # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to
+    # leave the model where it was loaded.
+    device: str | None = None
 
     def with_knobs(self, **changes) -> "EngineConfig":
         return replace(self, **changes)

@@ -59,7 +59,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.tokenizer = tokenizer
         self.runner = ModelRunner(model, self.config)
-        self.pool = SlabPool(self.config.num_slabs, self.runner.pages_per_slab, self.config.page_tokens,
+        self.pool = SlabPool(self.runner.num_slabs, self.runner.pages_per_slab, self.config.page_tokens,
                              self.config.reserve_frac)
         self.planner = StepPlanner(self.config, self.pool)
         self.metrics = Metrics()

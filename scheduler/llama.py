@@ -11,6 +11,7 @@ a second copy of the weights. Every projection is a plain `nn.Linear` (`qkv`, `o
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -26,6 +27,14 @@ class UnsupportedModel(ValueError):
     """The model needs something this forward does not compute; run transformers' modules instead."""
 
 
+class LayerKV(NamedTuple):
+    """One layer's pages: keys, values, and for fp8 pages their (k_scale, v_scale) (`kernels.fp8`)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    scales: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
 @dataclass(slots=True)
 class PagedStep:
     """What every layer's attention needs about a step, computed once per step."""
@@ -36,7 +45,7 @@ class PagedStep:
     kv_lens: torch.Tensor  # [S] int32
     max_kv_len: int
     layout: kernels.PagedLayout | None  # the reference kernel's index work, shared by all layers
-    caches: list[tuple[torch.Tensor, torch.Tensor]]  # each layer's (k_cache, v_cache) pages
+    caches: list[LayerKV]  # each layer's pages
 
 
 class RMSNorm(nn.Module):
@@ -94,16 +103,16 @@ class Attention(nn.Module):
         self.scale = head_dim ** -0.5
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: PagedStep,
-                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+                kv: LayerKV) -> torch.Tensor:
         n = x.shape[0]
         qkv = self.qkv(x)
         # Queries and keys sit side by side in the projection: one rotation covers both.
         qk = rotate(qkv[:, :self.qk_width].view(n, -1, self.head_dim), cos, sin)
         q, k = qk[:, :self.n_heads], qk[:, self.n_heads:]
         v = qkv[:, self.qk_width:].view(n, self.n_kv, self.head_dim)
-        kernels.write_kv(k_cache, v_cache, k, v, step.slots)
-        out = kernels.paged_attention(q, k_cache, v_cache, step.block_tables, step.cu_q_lens, step.kv_lens,
-                                      self.scale, layout=step.layout)
+        kernels.write_kv(kv.k, kv.v, k, v, step.slots, kv.scales)
+        out = kernels.paged_attention(q, kv.k, kv.v, step.block_tables, step.cu_q_lens, step.kv_lens,
+                                      self.scale, layout=step.layout, scales=kv.scales)
         return self.o(out.reshape(n, -1))
 
 
@@ -123,8 +132,8 @@ class Block(nn.Module):
         self.attn_norm, self.attn, self.mlp_norm, self.mlp = attn_norm, attn, mlp_norm, mlp
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: PagedStep,
-                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, step, k_cache, v_cache)
+                kv: LayerKV) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, step, kv)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -142,8 +151,8 @@ class LeanLlama(nn.Module):
         """Logits [len(sample_rows), vocab] of the tokens at `sample_rows` of the packed row `ids` [T]."""
         x = self.embed(ids)
         cos, sin = self.rotary(positions, step.max_kv_len)
-        for layer, (k_cache, v_cache) in zip(self.layers, step.caches, strict=True):
-            x = layer(x, cos, sin, step, k_cache, v_cache)
+        for layer, kv in zip(self.layers, step.caches, strict=True):
+            x = layer(x, cos, sin, step, kv)
         return self.lm_head(self.norm(x[sample_rows]))
 
 

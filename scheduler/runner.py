@@ -18,7 +18,9 @@ from transformers.masking_utils import AttentionMaskInterface
 
 import kernels
 from scheduler.config import EngineConfig
-from scheduler.llama import LeanLlama, PagedStep, UnsupportedModel, build_lean_llama
+from scheduler.device import place_model
+from scheduler.kv_dtype import SCALE_DTYPE, is_scaled, kv_torch_dtype, pages_per_slab
+from scheduler.llama import LayerKV, LeanLlama, PagedStep, UnsupportedModel, build_lean_llama
 from scheduler.planner import StepPlan
 from scheduler.quantize import quantize_linears
 
@@ -30,10 +32,10 @@ _step = threading.local()
 def _paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers calls this with [1, heads, T, D] tensors; T is every token of the step."""
     step: PagedStep = _step.meta
-    k_cache, v_cache = step.caches[module.layer_idx]
-    kernels.write_kv(k_cache, v_cache, key[0].transpose(0, 1), value[0].transpose(0, 1), step.slots)
-    out = kernels.paged_attention(query[0].transpose(0, 1), k_cache, v_cache, step.block_tables,
-                                  step.cu_q_lens, step.kv_lens, scaling, layout=step.layout)
+    kv = step.caches[module.layer_idx]
+    kernels.write_kv(kv.k, kv.v, key[0].transpose(0, 1), value[0].transpose(0, 1), step.slots, kv.scales)
+    out = kernels.paged_attention(query[0].transpose(0, 1), kv.k, kv.v, step.block_tables,
+                                  step.cu_q_lens, step.kv_lens, scaling, layout=step.layout, scales=kv.scales)
     return out.unsqueeze(0), None
 
 
@@ -48,6 +50,7 @@ AttentionMaskInterface.register(ATTN_NAME, _no_mask)
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, config: EngineConfig):
+        place_model(model, config.device, config.precision)
         self.model = model
         cfg = model.config
         self.device = next(model.parameters()).device
@@ -55,14 +58,22 @@ class ModelRunner:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.n_layers, self.n_kv = cfg.num_hidden_layers, cfg.num_key_value_heads
         self.page_tokens = config.page_tokens
-        page_bytes = config.page_tokens * 2 * self.n_kv * self.head_dim * self.dtype.itemsize
-        self.pages_per_slab = max(1, config.slab_bytes // page_bytes)
-        self.num_pages = config.num_slabs * self.pages_per_slab
+        self.kv_dtype = kv_torch_dtype(config.kv_dtype, self.dtype)
+        self.pages_per_slab = pages_per_slab(config.slab_bytes, config.page_tokens, self.n_kv, self.head_dim,
+                                             self.kv_dtype)
+        self.num_slabs = (config.num_slabs if config.kv_bytes is None
+                          else max(1, config.kv_bytes // (config.slab_bytes * self.n_layers)))
+        self.num_pages = self.num_slabs * self.pages_per_slab
         self.kv = torch.zeros(2, self.n_layers, self.num_pages, config.page_tokens, self.n_kv, self.head_dim,
-                              dtype=self.dtype, device=self.device)
-        self.caches = [(self.kv[0, i], self.kv[1, i]) for i in range(self.n_layers)]
+                              dtype=self.kv_dtype, device=self.device)
+        # fp8 pages: one scale per page, kv head and K or V (kernels.fp8); set when a page is first written.
+        self.kv_scales = (torch.zeros(2, self.n_layers, self.num_pages, self.n_kv, dtype=SCALE_DTYPE,
+                                      device=self.device) if is_scaled(self.kv_dtype) else None)
+        self.caches = [LayerKV(self.kv[0, i], self.kv[1, i],
+                               None if self.kv_scales is None else (self.kv_scales[0, i], self.kv_scales[1, i]))
+                       for i in range(self.n_layers)]
         self.lean = self._lean_model() if config.runner == "lean" else None
-        if config.precision != "fp32":
+        if config.precision == "int8":
             if self.lean is None:
                 raise ValueError(f"{config.precision} weights need the lean forward, which cannot run this model")
             # Only the lean model's layers are swapped: the transformers model stays the float32 reference.
@@ -121,3 +132,5 @@ class ModelRunner:
         src = torch.tensor(list(moves), device=self.device)
         dst = torch.tensor(list(moves.values()), device=self.device)
         self.kv[:, :, dst] = self.kv[:, :, src]
+        if self.kv_scales is not None:
+            self.kv_scales[:, :, dst] = self.kv_scales[:, :, src]

@@ -1,0 +1,51 @@
+"""Where the engine's model runs, and in which dtype.
+
+`auto` takes CUDA when torch sees a device, else the CPU, so a machine with a GPU uses it without being
+told. Asking for CUDA where there is none is an error, never a silent fall back to the CPU: a run measured
+or served on the wrong device would be worse than no run.
+"""
+
+import torch
+from torch import nn
+
+DEVICES = ("auto", "cpu", "cuda")
+# Weight dtypes by precision name; int8 keeps float32 storage here and is converted by scheduler.quantize.
+WEIGHT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
+
+
+class DeviceUnavailable(ValueError):
+    """The device asked for cannot be used here; the message says why in one line."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto`, `cpu` or `cuda` to a torch device; `cuda` without CUDA raises DeviceUnavailable."""
+    if name not in DEVICES:
+        raise DeviceUnavailable(f"unknown device {name!r} (choose from {', '.join(DEVICES)})")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise DeviceUnavailable("--device cuda: torch sees no CUDA device (is this torch a CPU build?)")
+    return torch.device(name)
+
+
+def default_precision(device: torch.device) -> str:
+    """int8 weights on a CPU (fbgemm's kernels, about twice as fast there), bf16 on CUDA."""
+    return "bf16" if device.type == "cuda" else "int8"
+
+
+def check_precision(device: torch.device, precision: str) -> None:
+    """Refuse a precision the device cannot run: int8 linears are fbgemm's, which exist only on CPUs."""
+    if precision not in WEIGHT_DTYPES:
+        raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(WEIGHT_DTYPES)})")
+    if precision == "int8" and device.type != "cpu":
+        raise DeviceUnavailable(f"int8 weights run on CPUs only; use bf16 or fp16 on {device.type}")
+
+
+def place_model(model: nn.Module, device: str | None, precision: str) -> None:
+    """Move and cast the model in place to the device (None: where it is) and the precision's dtype."""
+    target = next(model.parameters()).device if device is None else resolve_device(device)
+    check_precision(target, precision)
+    dtype = WEIGHT_DTYPES[precision]
+    first = next(model.parameters())
+    if first.device != target or first.dtype != dtype:
+        model.to(device=target, dtype=dtype)
