@@ -321,7 +321,7 @@ def replied(call: Call, start: int) -> Callable[[], bool]:
 
 
 async def test_the_server_listens_on_loopback_unless_told_otherwise(server):
-    assert server.server.sockets[0].getsockname()[0] == "127.0.0.1"
+    assert server.sockets[0].getsockname()[0] == "127.0.0.1"
     assert build_parser().parse_args(["serve"]).host == "127.0.0.1"
 
 

@@ -2,7 +2,9 @@
 // live view of the mini-O4 scheduler with its two knobs.
 //
 // Query parameters: raw=1 turns off echo cancellation, noise suppression and auto gain (for tests that
-// compare signals); autostart=1 opens the microphone at load; ws=URL talks to another server.
+// compare signals); autostart=1 opens the microphone at load; ws=URL picks another websocket path of this
+// same server (other hosts are ignored: a link must not send your microphone elsewhere); key=KEY passes
+// the server's API key to the call.
 
 import { audioContext, FRAME_SAMPLES, INPUT_RATE, Microphone, Player } from "./audio.js";
 import { cssVar, deadlineChart, forgetColors, lineChart, stackedBars } from "./charts.js";
@@ -10,11 +12,23 @@ import { cssVar, deadlineChart, forgetColors, lineChart, stackedBars } from "./c
 const params = new URLSearchParams(location.search);
 const RAW = params.get("raw") === "1";
 const AUTOSTART = params.get("autostart") === "1";
-const WS_URL = params.get("ws") || `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
+const WS_URL = callUrl(params.get("ws"), params.get("key"));
 const SLOTS = 120; // chart history: about a minute at two stats events a second
 const STEP_SLOTS = 60;
 // Fallback knob ranges; the server's own come with the session (limits) when it announces them.
 const KNOB_RANGES = { max_batch_tokens: [1, 8192], max_batch_seqs: [1, 1024] };
+
+function callUrl(asked, key) {
+  const own = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
+  let url = new URL(own);
+  if (asked) {
+    const wanted = new URL(asked, own);
+    if (wanted.host === location.host && (wanted.protocol === "ws:" || wanted.protocol === "wss:")) url = wanted;
+    else console.warn(`ignoring ws=${asked}: not this page's own server`);
+  }
+  if (key) url.searchParams.set("api_key", key);
+  return url.toString();
+}
 
 const $ = (id) => document.getElementById(id);
 const ctx = audioContext();

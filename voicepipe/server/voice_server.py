@@ -30,6 +30,19 @@ TRANSPORT_SLACK = 4
 Dialect = Callable[[Transport], Transport]  # wraps a native-protocol line in another dialect
 
 
+class ClientFaults(logging.Filter):
+    """uvicorn logs a client's invalid UTF-8 text frame as an error with a traceback; the connection is
+    closed with 1007 as it should be, and the fault is the client's: a warning, not a server error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and str(record.msg).startswith("Invalid UTF-8"):
+            record.levelno, record.levelname, record.exc_info, record.exc_text = logging.WARNING, "WARNING", None, None
+        return True
+
+
+logging.getLogger("uvicorn.error").addFilter(ClientFaults())
+
+
 class VoiceServer:
     """Serves the web page, `/metrics`, `/health`, `/ready`, the OpenAI-compatible APIs, and one call
     per websocket on `/ws` (native protocol) or `/v1/realtime`, up to `limits.max_calls` at once.

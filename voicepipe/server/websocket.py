@@ -34,5 +34,5 @@ class WebSocketLine:
         if self.ws.application_state == WebSocketState.CONNECTED:
             try:
                 await self.ws.close(code, reason)
-            except (RuntimeError, OSError):
-                pass
+            except (RuntimeError, WebSocketDisconnect, OSError):
+                pass  # the client went first
