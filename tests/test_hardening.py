@@ -29,6 +29,7 @@ from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.llm_stage import LLMStage
 from voicepipe.server import VoiceServer
+from voicepipe.server.settings import load_settings
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -322,7 +323,7 @@ def replied(call: Call, start: int) -> Callable[[], bool]:
 
 async def test_the_server_listens_on_loopback_unless_told_otherwise(server):
     assert server.sockets[0].getsockname()[0] == "127.0.0.1"
-    assert build_parser().parse_args(["serve"]).host == "127.0.0.1"
+    assert load_settings(build_parser().parse_args(["serve"]), environ={}).host == "127.0.0.1"
 
 
 async def test_audio_faster_than_real_time_is_slowed_down(server, question, baseline):

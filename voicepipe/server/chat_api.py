@@ -94,16 +94,16 @@ def build_router(server: "VoiceServer") -> APIRouter:
         return {"id": model_id, "object": "model", "created": created, "owned_by": "voicepipe"}
 
     @router.post("/chat/completions")
-    async def chat_completions(body: ChatRequest, request: Request) -> Any:
+    async def chat_completions(body: ChatRequest) -> Any:
         limit = runtime.engine.max_context
         try:
             params = body.sampling(limit)
         except ValueError as e:
-            return openai_error(400, str(e), "invalid_value", "stop")
+            return counted(openai_error(400, str(e), "invalid_value", "stop"))
         prompt = chat_prompt_ids(runtime.tokenizer, [m.as_chat() for m in body.messages])
         if len(prompt) >= limit:
-            return openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at most {limit}",
-                                "context_length_exceeded", "messages")
+            return counted(openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at most "
+                                        f"{limit}", "context_length_exceeded", "messages"))
         params.max_tokens = min(params.max_tokens, limit - len(prompt))
         completion = Completion(new_id("chatcmpl"), model_id, len(prompt))
         stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
@@ -116,6 +116,10 @@ def build_router(server: "VoiceServer") -> APIRouter:
             async for out in outputs:
                 completion.add(out.text, out.finish_reason, out.token_id is not None)
         return completion.whole()
+
+    def counted(response: JSONResponse) -> JSONResponse:
+        server.metrics.api_requests.labels("chat.completions", str(response.status_code)).inc()
+        return response
 
     return router
 
