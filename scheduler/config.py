@@ -40,8 +40,8 @@ class EngineConfig:
     default_output_guess: int = 64
     # Weights of the model's linear layers: "fp32", "bf16" or "fp16" (the GPU's), or "int8" (CPU only: a
     # quarter of the bytes each step reads, one scale per output channel, activations kept near float32;
-    # scheduler.quantize says what it costs).
-    precision: Precision = "fp32"
+    # scheduler.quantize says what it costs); None: the device's default (int8 on a CPU, bf16 on CUDA).
+    precision: Precision | None = "fp32"
     # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to
     # leave the model where it was loaded.
     device: str | None = None

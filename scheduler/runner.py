@@ -50,7 +50,7 @@ AttentionMaskInterface.register(ATTN_NAME, _no_mask)
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, config: EngineConfig):
-        place_model(model, config.device, config.precision)
+        self.precision = place_model(model, config.device, config.precision)
         self.model = model
         cfg = model.config
         self.device = next(model.parameters()).device
@@ -73,11 +73,11 @@ class ModelRunner:
                                None if self.kv_scales is None else (self.kv_scales[0, i], self.kv_scales[1, i]))
                        for i in range(self.n_layers)]
         self.lean = self._lean_model() if config.runner == "lean" else None
-        if config.precision == "int8":
+        if self.precision == "int8":
             if self.lean is None:
-                raise ValueError(f"{config.precision} weights need the lean forward, which cannot run this model")
+                raise ValueError(f"{self.precision} weights need the lean forward, which cannot run this model")
             # Only the lean model's layers are swapped: the transformers model stays the float32 reference.
-            quantize_linears(self.lean, config.precision)
+            quantize_linears(self.lean, self.precision)
 
     def _lean_model(self) -> LeanLlama | None:
         try:

@@ -9,17 +9,49 @@ if TYPE_CHECKING:  # the runtime's module imports torch: only import it when a c
 
 
 # Chosen by measurement (README, Performance): int8 weights decode about twice as fast on a CPU, at 0.5%
-# more perplexity; "fp32" gives exactly what transformers' `generate` gives.
+# more perplexity; "fp32" gives exactly what transformers' `generate` gives. On CUDA, bf16 (int8 is fbgemm's,
+# a CPU kernel). An engine given no precision takes these (scheduler.device.default_precision).
 DEFAULT_PRECISION = "int8"
-PRECISIONS = ("fp32", "int8")
+CUDA_PRECISION = "bf16"
+PRECISIONS = ("fp32", "int8", "bf16", "fp16")
 POLICIES = ("o4", "fcfs")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def usable_device(name: str) -> str:
+    """argparse type of --device: `cuda` where torch sees none is refused while parsing (exit status 2)."""
+    if name == "cuda":
+        from scheduler.device import DeviceUnavailable, resolve_device  # torch: only when CUDA is asked for
+
+        try:
+            resolve_device(name)
+        except DeviceUnavailable as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return name
 
 
 def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Which LLM, and the precision of its weights: every command that loads it takes these."""
+    """Which LLM, the precision of its weights and the device: every command that loads it takes these."""
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
-    parser.add_argument("--llm-precision", choices=PRECISIONS, default=DEFAULT_PRECISION,
-                        help=f"weights of the engine's LLM (default: {DEFAULT_PRECISION}; int8 runs on CPUs only)")
+    parser.add_argument("--llm-precision", choices=PRECISIONS, default=None,
+                        help=f"weights of the engine's LLM (default: {DEFAULT_PRECISION} on a CPU, {CUDA_PRECISION} "
+                             "on CUDA; int8 runs on CPUs only)")
+    parser.add_argument("--device", type=usable_device, choices=DEVICES, default="auto",
+                        help="where the LLM runs: auto (CUDA when torch sees one, default), cpu or cuda")
+
+
+def engine_placement(args: argparse.Namespace) -> dict[str, str]:
+    """The engine's `device` and `precision` from the options; a pair that cannot run is a ModelError."""
+    from scheduler.device import DeviceUnavailable, check_precision, default_precision, resolve_device
+    from voicepipe.models import ModelError
+
+    try:
+        device = resolve_device(args.device)
+        precision = args.llm_precision or default_precision(device)
+        check_precision(device, precision)
+    except DeviceUnavailable as e:
+        raise ModelError(str(e)) from None
+    return {"device": device.type, "precision": precision}
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,12 +80,12 @@ def load_runtime(args: argparse.Namespace) -> "Runtime":
 
     resolve_llm(args.llm_model)
     resolve_asr(args.asr_model)
+    placement = engine_placement(args)  # int8 asked for on CUDA fails here, before any loading
     phase("loading the TTS voice")
     tts = make_tts(args.tts, args.tts_model)
     phase("loading Whisper")
     asr = WhisperASR(args.asr_model)
     phase("loading the LLM")
     model, tokenizer = load_llm(args.llm_model)
-    phase(f"starting the engine ({args.policy}, {args.llm_precision} weights)")
-    return Runtime.start(model, tokenizer, asr, tts, policy=args.policy,
-                         config=EngineConfig(precision=args.llm_precision))
+    phase(f"starting the engine ({args.policy}, {placement['precision']} weights on {placement['device']})")
+    return Runtime.start(model, tokenizer, asr, tts, policy=args.policy, config=EngineConfig(**placement))

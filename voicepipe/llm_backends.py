@@ -7,9 +7,10 @@ from voicepipe.stages.base import LLM
 BACKENDS = ("hf", "engine")
 
 
-def make_llm(name: str, model: Any, tokenizer: Any, precision: str = "fp32") -> LLM:
-    """The LLM stage called `name` over `model` and `tokenizer`; `precision` is the engine's weights (the
-    `generate` backend always runs the model as loaded)."""
+def make_llm(name: str, model: Any, tokenizer: Any, precision: str | None = "fp32", device: str | None = None) -> LLM:
+    """The LLM stage called `name` over `model` and `tokenizer`; `precision` is the engine's weights (None: the
+    device's default) and `device` the engine's (None: where the model is); the `generate` backend always
+    runs the model as loaded."""
     if name == "hf":
         from voicepipe.stages.llm_hf import HFLLM
 
@@ -18,5 +19,5 @@ def make_llm(name: str, model: Any, tokenizer: Any, precision: str = "fp32") -> 
         from scheduler import Engine, EngineConfig
         from voicepipe.stages.llm_engine import EngineLLM
 
-        return EngineLLM(Engine(model, tokenizer, EngineConfig(precision=precision)))
+        return EngineLLM(Engine(model, tokenizer, EngineConfig(precision=precision, device=device)))
     raise ValueError(f"unknown LLM backend {name!r} (choose from {', '.join(BACKENDS)})")

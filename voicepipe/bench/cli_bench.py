@@ -7,11 +7,13 @@ import platform
 import time
 from pathlib import Path
 
+from voicepipe.bench.engine_setup import add_engine_setup_arguments
 from voicepipe.bench.workload import Workload
 from voicepipe.cli_models import add_llm_model_arguments
 
 log = logging.getLogger(__name__)
 MODES = ("static", "fcfs", "o4", "hf_static", "hf_cb")
+WORKLOADS = ("mixed", "poisson", "all_at_once")
 COLUMNS = ("throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "latency_p50_s", "latency_p99_s")
 
 
@@ -24,6 +26,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     add_llm_model_arguments(parser)
     parser.add_argument("--max-batch-tokens", type=int, help="tokens per step (default: the engine's)")
     parser.add_argument("--max-batch-seqs", type=int, help="sequences per step (default: the engine's)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated subset of {','.join(WORKLOADS)} (mixed always runs)")
+    add_engine_setup_arguments(parser)
 
 
 def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,11 +84,14 @@ def run_calls_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def machine() -> dict:
+def machine(device: str = "cpu") -> dict:
     import torch
 
-    return {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "device": "cpu"}
+    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "device": device}
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
 
 
 def workloads(quick: bool) -> dict[str, Workload]:
@@ -101,10 +109,12 @@ def compare_modes(model, tokenizer, workload: Workload, modes: list[str], settin
     """Each mode on the workload; `settings` are the engine's (the knobs, the precision)."""
     from scheduler import EngineConfig
     from voicepipe.bench.engine_modes import run_engine, run_hf_continuous_batching, run_hf_static
+    from voicepipe.bench.engine_setup import items_for, release_device_memory
 
-    items = workload.items(tokenizer)
+    items = items_for(workload, tokenizer)
     results = {}
     for mode in modes:
+        release_device_memory()
         log.info("running %s on %d requests", mode, len(items))
         if mode == "hf_static":
             results[mode] = run_hf_static(model, tokenizer, items)
@@ -118,21 +128,23 @@ def compare_modes(model, tokenizer, workload: Workload, modes: list[str], settin
     return results
 
 
-def sweep(model, tokenizer, quick: bool, precision: str) -> list[dict]:
+def sweep(model, tokenizer, quick: bool, settings: dict) -> list[dict]:
+    """Each (max_batch_tokens, max_batch_seqs) of a grid; `settings` are the engine's other fields."""
     from scheduler import EngineConfig
     from voicepipe.bench.engine_modes import run_engine
+    from voicepipe.bench.engine_setup import items_for, release_device_memory
 
     workload = Workload(requests=8 if quick else 24, prompt_tokens=(32, 128 if quick else 256),
                         output_tokens=(8, 24 if quick else 64))
-    items = workload.items(tokenizer)
+    items = items_for(workload, tokenizer)
     tokens_grid = (64, 256) if quick else (32, 64, 128, 256, 512)
     seqs_grid = (2, 8) if quick else (2, 4, 8, 16, 32)
     rows = []
     for max_batch_tokens in tokens_grid:
         for max_batch_seqs in seqs_grid:
+            release_device_memory()
             result = run_engine(model, tokenizer, items, EngineConfig(max_batch_tokens=max_batch_tokens,
-                                                                      max_batch_seqs=max_batch_seqs,
-                                                                      precision=precision))
+                                                                      max_batch_seqs=max_batch_seqs, **settings))
             rows.append({"max_batch_tokens": max_batch_tokens, "max_batch_seqs": max_batch_seqs, **result})
             log.info("tokens=%d seqs=%d: %.1f tok/s", max_batch_tokens, max_batch_seqs, result["throughput_tok_s"])
     return rows
@@ -149,17 +161,19 @@ def print_table(title: str, modes: dict) -> None:
 def run_engine_bench(args: argparse.Namespace) -> int:
     from scheduler import EngineConfig
     from voicepipe.bench.engine_modes import decode_roofline
-    from voicepipe.models import load_llm
+    from voicepipe.bench.engine_setup import engine_settings, load_bench_model, roofline_prompt
 
-    model, tokenizer = load_llm(args.llm_model)
+    engine = engine_settings(args)  # before loading: a device that cannot run the precision fails at once
+    model, tokenizer = load_bench_model(args, engine)
     defaults = EngineConfig()
     knobs = {"max_batch_tokens": args.max_batch_tokens or defaults.max_batch_tokens,
              "max_batch_seqs": args.max_batch_seqs or defaults.max_batch_seqs}
-    report: dict = {"machine": machine(), "knobs": knobs, "precision": args.llm_precision,
+    report: dict = {"machine": machine(engine["device"]), "knobs": knobs, "precision": engine["precision"],
+                    "engine": engine, "model": args.random_weights and f"random weights, shape {args.random_weights}",
                     "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    settings = {**knobs, "precision": args.llm_precision}
+    settings = {**knobs, **engine}
     if args.sweep:
-        report["sweep"] = sweep(model, tokenizer, args.quick, args.llm_precision)
+        report["sweep"] = sweep(model, tokenizer, args.quick, engine)
         for row in report["sweep"]:
             print(f"max_batch_tokens={row['max_batch_tokens']:4d} max_batch_seqs={row['max_batch_seqs']:3d} "
                   f"{row['throughput_tok_s']:8.1f} tok/s  p99 latency {row['latency_p99_s']:6.2f} s")
@@ -168,22 +182,31 @@ def run_engine_bench(args: argparse.Namespace) -> int:
         unknown = set(modes) - set(MODES)
         if unknown:
             raise SystemExit(f"voicepipe: error: unknown modes {', '.join(sorted(unknown))}")
+        chosen = [w for w in args.workloads.split(",") if w]
+        unknown = set(chosen) - set(WORKLOADS)
+        if unknown:
+            raise SystemExit(f"voicepipe: error: unknown workloads {', '.join(sorted(unknown))}")
         loads = workloads(args.quick)
         report["workload"] = loads["mixed"].describe()
         report["modes"] = compare_modes(model, tokenizer, loads["mixed"], modes, settings)
         print_table("mixed: all requests at once, output lengths vary", report["modes"])
         for name, title in (("poisson", f"Poisson arrivals, {loads['poisson'].poisson_rate}/s"),
                             ("all_at_once", "all at once, equal output lengths")):
+            if name not in chosen:
+                continue
             report[name] = {"workload": loads[name].describe(),
                             "modes": compare_modes(model, tokenizer, loads[name], modes, settings)}
             print_table(title, report[name]["modes"])
-        report["roofline"] = decode_roofline(model, tokenizer, args.llm_precision)
+        report["roofline"] = decode_roofline(model, tokenizer, engine["precision"],
+                                             prompt_ids=roofline_prompt(tokenizer),
+                                             settings={"device": engine["device"], "kv_dtype": engine["kv_dtype"]})
         r = report["roofline"]
         print(f"\nbatch-1 decode {r['batch1_decode_tok_s']:.1f} tok/s; bandwidth limit {r['limit_tok_s']:.1f} tok/s "
               f"({r['bandwidth_gb_s']:.1f} GB/s over {r['weight_bytes'] / 1e6:.0f} MB of weights): "
               f"{r['ratio_of_limit']:.2f} of the limit")
         ratios = ratios_of(report["modes"])
-        ratios.update({f"all_at_once_{k}": v for k, v in ratios_of(report["all_at_once"]["modes"]).items()})
+        if "all_at_once" in report:
+            ratios.update({f"all_at_once_{k}": v for k, v in ratios_of(report["all_at_once"]["modes"]).items()})
         report["ratios"] = ratios
         for name, value in ratios.items():
             print(f"{name}: {value:.2f}")

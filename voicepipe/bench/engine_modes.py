@@ -42,7 +42,8 @@ def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig) ->
             time.sleep(max(0.0, start + pending[0].arrival_s - time.monotonic()))
     makespan = time.monotonic() - start
     engine.check_pool()
-    result = summarize(sum(len(s.output_ids) for s in seqs), makespan,
+    # A static batch keeps computing tokens for members that are done (padding, never shown): not counted.
+    result = summarize(sum(min(len(s.output_ids), s.params.max_tokens) for s in seqs), makespan,
                        [s.first_token_at - s.arrival for s in seqs], [s.last_token_at - s.arrival for s in seqs])
     result["steps"] = int(engine.metrics.steps._value.get())
     result["preemptions"] = sum(s.preemptions for s in seqs)
@@ -106,8 +107,10 @@ def run_hf_static(model, tokenizer, items: list[WorkItem], batch_size: int = 32)
         batch = pending[first:first + batch_size]
         time.sleep(max(0.0, start + batch[-1].arrival_s - time.monotonic()))  # a static batch waits to fill
         width = max(len(w.prompt_ids) for w in batch)
-        ids = torch.tensor([[pad] * (width - len(w.prompt_ids)) + w.prompt_ids for w in batch])
-        mask = torch.tensor([[0] * (width - len(w.prompt_ids)) + [1] * len(w.prompt_ids) for w in batch])
+        device = next(model.parameters()).device
+        ids = torch.tensor([[pad] * (width - len(w.prompt_ids)) + w.prompt_ids for w in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(w.prompt_ids)) + [1] * len(w.prompt_ids) for w in batch],
+                            device=device)
         longest = max(w.max_tokens for w in batch)
         clock = _StepClock()
         with torch.inference_mode():
@@ -122,24 +125,38 @@ def run_hf_static(model, tokenizer, items: list[WorkItem], batch_size: int = 32)
     return summarize(tokens, finish - start, ttfts, latencies)
 
 
-def decode_roofline(model, tokenizer, precision: str = "fp32", tokens: int = 32) -> dict:
-    """Batch-1 decode speed next to the limit set by reading every weight once per token.
-
-    With int8 weights a token reads a quarter of the float32 bytes (the linear layers hold nearly all of
-    them), so the limit is four times higher.
-    """
-    fp32_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    weight_bytes = fp32_bytes // 4 if precision == "int8" else fp32_bytes
-    buffer = torch.empty(fp32_bytes // 4, dtype=torch.float32)
-    buffer.add_(1.0)  # touch it
+def measure_bandwidth(device: torch.device, nbytes: int) -> float:
+    """Bytes per second of an in-place multiply over a buffer of `nbytes` (one read, one write of each)."""
+    buffer = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    buffer.mul_(1.0001)  # warm up
+    synchronize(device)
     t0 = time.perf_counter()
     for _ in range(3):
-        buffer.mul_(1.0001)  # one read and one write of every byte
-    bandwidth = 3 * 2 * buffer.numel() * 4 / (time.perf_counter() - t0)
-    del buffer
-    engine = Engine(model, tokenizer, EngineConfig(num_slabs=2, precision=precision))
-    seq = engine.add_request(Sequence(tokenizer.encode("Once upon a time"),
-                                      SamplingParams(max_tokens=tokens, ignore_eos=True)))
+        buffer.mul_(1.0001)
+    synchronize(device)
+    return 3 * 2 * buffer.numel() * 4 / (time.perf_counter() - t0)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def decode_roofline(model, tokenizer, precision: str = "fp32", tokens: int = 32,
+                    prompt_ids: list[int] | None = None, settings: dict | None = None) -> dict:
+    """Batch-1 decode speed next to the limit set by reading every weight once per token.
+
+    The weights are counted in the dtype the engine runs them in; int8 weights read a quarter of float32's
+    bytes (the linear layers hold nearly all of them), so the limit is four times higher. The bandwidth is
+    measured on the model's device over a buffer as large as the weights (at most 4 GiB).
+    """
+    engine = Engine(model, tokenizer, EngineConfig(num_slabs=2, precision=precision, **(settings or {})))
+    device = next(model.parameters()).device
+    run_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    weight_bytes = run_bytes // 4 if precision == "int8" else run_bytes
+    bandwidth = measure_bandwidth(device, min(run_bytes, 4 << 30))
+    prompt = prompt_ids if prompt_ids is not None else tokenizer.encode("Once upon a time")
+    seq = engine.add_request(Sequence(prompt, SamplingParams(max_tokens=tokens, ignore_eos=True)))
     while len(seq.output_ids) < 2:
         engine.step()
     t0 = time.perf_counter()

@@ -47,3 +47,15 @@ class Workload:
                 clock += rng.expovariate(self.poisson_rate)
             items.append(WorkItem(ids, rng.randint(*self.output_tokens), clock))
         return items
+
+    def token_items(self, vocab_size: int) -> list[WorkItem]:
+        """The same lengths and arrivals as `items`, with random token ids for prompts: for models without
+        a vocabulary (random weights), where only the lengths matter."""
+        rng, ids_rng = random.Random(self.seed), random.Random(self.seed + 1)
+        items, clock = [], 0.0
+        for _ in range(self.requests):
+            prompt = [ids_rng.randrange(3, vocab_size) for _ in range(rng.randint(*self.prompt_tokens))]
+            if self.poisson_rate:
+                clock += rng.expovariate(self.poisson_rate)
+            items.append(WorkItem(prompt, rng.randint(*self.output_tokens), clock))
+        return items
