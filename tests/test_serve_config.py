@@ -55,6 +55,9 @@ LAYERS = {
                  ["--insecure"], (True, False, True)),
     "drain_s": ("drain_s = 5", {"VOICEPIPE_DRAIN_S": "7.5"}, ["--drain-seconds", "0"], (5.0, 7.5, 0.0)),
     "policy": ('policy = "fcfs"', {"VOICEPIPE_POLICY": "o4"}, ["--policy", "fcfs"], ("fcfs", "o4", "fcfs")),
+    "llm_precision": ('llm_precision = "fp32"', {"VOICEPIPE_LLM_PRECISION": "int8"}, ["--llm-precision", "fp32"],
+                      ("fp32", "int8", "fp32")),
+    "device": ('device = "cpu"', {"VOICEPIPE_DEVICE": "auto"}, ["--device", "cpu"], ("cpu", "auto", "cpu")),
     "tts_model": ('tts_model = "/f.onnx"', {"VOICEPIPE_TTS_MODEL": "/e.onnx"}, ["--tts-voice", "/v.onnx"],
                   ("/f.onnx", "/e.onnx", "/v.onnx")),
 }

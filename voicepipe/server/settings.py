@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from voicepipe.cli_models import POLICIES, PRECISIONS
+from voicepipe.cli_models import DEVICES, POLICIES, PRECISIONS
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.limits import Limits
 from voicepipe.stages.tts_select import TTS_CHOICES
@@ -55,7 +55,8 @@ class ServeSettings:
     # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
     policy: str = "o4"
     llm_model: str | None = None
-    llm_precision: str = "int8"
+    llm_precision: str | None = None  # None: the device's default (cli_models.default_precision)
+    device: str = "auto"
     asr_model: str | None = None
     tts: str = "piper"
     tts_model: str | None = None
@@ -79,7 +80,7 @@ class ServeSettings:
         return {name: value for name, value in asdict(self).items() if name in MODEL_FIELDS}
 
 
-MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "asr_model", "tts", "tts_model")
+MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "device", "asr_model", "tts", "tts_model")
 FIELD_TYPES = {f.name: type(f.default) if f.default is not None else str for f in fields(ServeSettings)}
 
 
@@ -137,7 +138,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
     "policy": _one_of(POLICIES), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
-    "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
+    "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
 }
 
 
@@ -203,7 +204,7 @@ def read_config(path: str | Path) -> dict[str, Any]:
     values = {}
     for key, value in table.items():
         if key not in FIELD_TYPES:
-            close = difflib.get_close_matches(key, FIELD_TYPES, n=1, cutoff=0.7)
+            close = difflib.get_close_matches(key, FIELD_TYPES, n=1, cutoff=0.75)
             if isinstance(value, dict):
                 hint = " (settings go at the top level, not in a table)"
             else:
