@@ -167,6 +167,7 @@ class Engine:
         prefill = plan.num_tokens - decode
         m = self.metrics
         m.steps.inc()
+        m.steps_run += 1
         m.step_seconds.observe(t1 - t0)
         m.step_tokens.labels("decode").inc(decode)
         m.step_tokens.labels("prefill").inc(prefill)
@@ -223,17 +224,7 @@ class Engine:
         self.planner.finish(seq)
         self.requests.pop(seq.request_id, None)
         self.metrics.e2e.labels(seq.cls.name).observe(time.monotonic() - seq.arrival)
-        self.metrics.recent_requests.append(self.request_summary(seq))
         self._emit(seq, Output(None, "", True, reason))
-
-    @staticmethod
-    def request_summary(seq: Sequence) -> dict:
-        n = len(seq.output_ids)
-        ttft = seq.first_token_at - seq.arrival if seq.first_token_at else None
-        itl = (seq.last_token_at - seq.first_token_at) / (n - 1) if n > 1 and seq.first_token_at else None
-        return {"id": seq.request_id, "cls": seq.cls.name, "prompt_tokens": len(seq.prompt_ids),
-                "output_tokens": n, "ttft_s": ttft, "itl_s": itl, "preemptions": seq.preemptions,
-                "finish_reason": seq.finish_reason}
 
     def _emit(self, seq: Sequence, out: Output) -> None:
         if seq.outbox is not None:
@@ -351,10 +342,16 @@ class Engine:
             result, error = job.fn(), None
         except Exception as exc:  # the caller gets the error; the loop goes on
             result, error = None, exc
-        self.metrics.jobs.labels(job.kind).observe(time.monotonic() - t0)
+        self.metrics.job_done(job.kind, time.monotonic() - t0)
         job.done(result, error)
 
     # -- views -------------------------------------------------------------------------------------------
+    def busy(self) -> bool:
+        """Jobs queued, or a realtime request in flight: optional work had better wait (a read from any
+        thread, not a lock)."""
+        seqs = [*self.planner.running, *self.planner.waiting]
+        return bool(self.jobs) or any(s.cls is RequestClass.REALTIME for s in seqs)
+
     def live_tables(self) -> list[list[int]]:
         return [s.pages for s in self.planner.running + self.planner.waiting]
 
@@ -385,7 +382,6 @@ class Engine:
                      "pinned_sessions": len(pool.pins), "usage": usage,
                      "fragmentation": pool.fragmentation(), "reserve": pool.reserve},
             "steps": list(m.recent_steps)[-50:],
-            "requests": list(m.recent_requests)[-20:],
         }
 
     def page_map(self) -> list[str]:

@@ -40,17 +40,21 @@ class Metrics:
         self.kv_fragmentation = Gauge("voicepipe_kv_fragmentation_ratio",
                                       "Free pages stranded in partly used slabs over all free pages", registry=r)
         self.compactions = Counter("voicepipe_kv_compactions", "Compactions run", registry=r)
-        self.ttfa = Histogram("voicepipe_time_to_first_audio_seconds", "End of speech to first reply audio",
-                              buckets=FAST, registry=r)
-        self.deadlines = Counter("voicepipe_turn_deadlines", "Turns by deadline outcome", ["outcome"],
-                                 registry=r)
-        self.underruns = Counter("voicepipe_audio_underruns", "Gaps in reply audio after its first chunk",
-                                 registry=r)
-        self.turn_stage = Histogram("voicepipe_turn_stage_seconds", "End of speech to each stage of a turn",
-                                    ["stage"], buckets=FAST, registry=r)
         self.recent_steps: deque[dict] = deque(maxlen=200)
-        self.recent_requests: deque[dict] = deque(maxlen=100)
+        self.steps_run = 0
+        self._job_times: dict[str, tuple[float, int]] = {}  # kind -> (seconds, count)
         self._token_times: deque[tuple[float, int]] = deque(maxlen=2000)
+
+    def job_done(self, kind: str, seconds: float) -> None:
+        self.jobs.labels(kind).observe(seconds)
+        total, count = self._job_times.get(kind, (0.0, 0))
+        self._job_times[kind] = (total + seconds, count + 1)
+
+    def mean_job_seconds(self, kinds: tuple[str, ...]) -> float:
+        """The mean duration of the jobs of these kinds so far (0 before any ran)."""
+        times = [self._job_times.get(kind, (0.0, 0)) for kind in kinds]
+        count = sum(n for _, n in times)
+        return sum(t for t, _ in times) / count if count else 0.0
 
     def count_tokens(self, n: int, cls: str) -> None:
         self.tokens.labels(cls).inc(n)

@@ -42,14 +42,19 @@ KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and
 
 @pytest.fixture(scope="module")
 def exposed() -> dict[str, set[str]]:
-    """Every sample name the engine's registry can expose, with the label names it carries.
+    """Every sample name the server's registry can expose (the engine's metrics, and those the calls and
+    the server register on it), with the label names it carries.
 
     Labelled metrics have no samples until first used, so names come from each family's type (as the
     exposition format spells them) and labels from the metric objects themselves.
     """
+    from voicepipe.pipeline.turn_metrics import turn_metrics
+    from voicepipe.server.metrics import call_metrics
+
     metrics = Metrics()
+    sources = (metrics, turn_metrics(metrics.registry), call_metrics(metrics.registry))
     labels = {}
-    for wrapper in vars(metrics).values():
+    for wrapper in [w for source in sources for w in vars(source).values()]:
         if isinstance(wrapper, MetricWrapperBase):
             for family in wrapper.describe():
                 labels[family.name] = set(wrapper._labelnames)

@@ -26,6 +26,7 @@ from voicepipe.events import (
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.output import error_message
+from voicepipe.pipeline.turn_metrics import turn_metrics
 from voicepipe.runtime import Runtime
 from voicepipe.transport import Disconnected, Transport
 from voicepipe.vad import SAMPLE_RATE
@@ -298,12 +299,10 @@ def _check_turn_detection(update: Any) -> dict[str, float | int]:
 def page_stats(runtime: Runtime) -> dict:
     """engine.snapshot() trimmed to what a page draws, plus the deadline outcomes of all calls."""
     snap = runtime.engine.snapshot()
-    registry = runtime.engine.metrics.registry
-
-    def outcome(name: str) -> int:
-        return int(registry.get_sample_value("voicepipe_turn_deadlines_total", {"outcome": name}) or 0)
+    outcomes = turn_metrics(runtime.engine.metrics.registry).outcomes
 
     steps = [{k: s[k] for k in ("t", "duration_s", "decode_tokens", "prefill_tokens", "seqs", "preempted")}
              for s in snap["steps"][-20:]]
     return {"config": snap["config"], "queues": snap["queues"], "tokens_per_s": snap["tokens_per_s"],
-            "pool": snap["pool"], "steps": steps, "deadlines": {"hit": outcome("met"), "miss": outcome("missed")}}
+            "pool": snap["pool"], "steps": steps,
+            "deadlines": {"hit": outcomes.get("met", 0), "miss": outcomes.get("missed", 0)}}

@@ -120,26 +120,11 @@ class ASRStage(Stage):
     def _maybe_partial(self, utt: _Utterance) -> None:
         now = time.monotonic()
         if (utt.partial_task is not None or utt.samples < MIN_PARTIAL_S * SAMPLE_RATE
-                or now - utt.last_pass < self.config.partial_interval_s or self._engine_busy()
-                or now - utt.last_pass < PARTIAL_SHARE * self._pass_seconds()):
+                or now - utt.last_pass < self.config.partial_interval_s or self.engine.busy()
+                or now - utt.last_pass < PARTIAL_SHARE * self.engine.metrics.mean_job_seconds(ASR_JOBS)):
             return
         utt.last_pass = now
         utt.partial_task = self.spawn(self._partial(utt))
-
-    def _pass_seconds(self) -> float:
-        """The mean time of an ASR pass so far, over all calls (from the engine's job metrics)."""
-        registry = self.engine.metrics.registry
-        total = count = 0.0
-        for kind in ASR_JOBS:
-            total += registry.get_sample_value("voicepipe_job_duration_seconds_sum", {"kind": kind}) or 0.0
-            count += registry.get_sample_value("voicepipe_job_duration_seconds_count", {"kind": kind}) or 0.0
-        return total / count if count else 0.0
-
-    def _engine_busy(self) -> bool:
-        """Other jobs queued, or a realtime request in flight (a read of the engine's state, not a lock)."""
-        planner = self.engine.planner
-        seqs = [*planner.running, *planner.waiting]
-        return bool(self.engine.jobs) or any(s.cls is RequestClass.REALTIME for s in seqs)
 
     async def _partial(self, utt: _Utterance) -> None:
         try:

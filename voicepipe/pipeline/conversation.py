@@ -2,35 +2,44 @@
 
 from typing import Any
 
+from voicepipe.events import new_id
 from voicepipe.stages.base import chat_prompt_ids
 
 
 class Conversation:
-    """The instructions and the user and assistant messages so far.
+    """The instructions and the user and assistant messages so far, each under its item id.
 
-    Assistant messages are dicts the turn keeps a reference to, so a reply cut short by a barge-in can
-    be truncated to what the caller actually heard.
+    Stages change a message only through these methods, by id: a reply's text when it is written, and
+    its truncation to what the caller heard when it is cut off.
     """
 
     def __init__(self, instructions: str) -> None:
         self.instructions = instructions
-        self.items: list[dict[str, str]] = []
+        self.items: list[dict[str, str]] = []  # {"id", "role", "content"}, oldest first
 
-    def add(self, role: str, content: str) -> dict[str, str]:
-        item = {"role": role, "content": content}
-        self.items.append(item)
-        return item
+    def add(self, role: str, content: str, item_id: str | None = None) -> str:
+        item_id = item_id or new_id("item")
+        self.items.append({"id": item_id, "role": role, "content": content})
+        return item_id
 
-    def truncate(self, item: dict[str, str], heard: str) -> None:
-        """An assistant reply was cut off: the conversation keeps only the text the caller heard."""
-        item["content"] = heard
+    def get(self, item_id: str) -> dict[str, str] | None:
+        return next((item for item in self.items if item["id"] == item_id), None)
 
-    def append(self, item: dict[str, str]) -> None:
-        """Add a message built elsewhere (a speculative reply's, once its turn is confirmed)."""
-        self.items.append(item)
+    def set_reply(self, item_id: str, text: str) -> None:
+        """The reply's text as written, once the LLM is done (nothing, if the item was dropped meanwhile)."""
+        self._set(item_id, text)
+
+    def truncate(self, item_id: str, heard: str) -> None:
+        """A reply was cut off: the conversation keeps only the text the caller heard."""
+        self._set(item_id, heard)
+
+    def _set(self, item_id: str, content: str) -> None:
+        item = self.get(item_id)
+        if item is not None:
+            item["content"] = content
 
     def messages(self, pending: tuple[dict[str, str], ...] = ()) -> list[dict[str, str]]:
-        said = [item for item in [*self.items, *pending] if item["content"]]
+        said = [{"role": i["role"], "content": i["content"]} for i in [*self.items, *pending] if i["content"]]
         return [{"role": "system", "content": self.instructions}, *said] if self.instructions else said
 
     def prompt_ids(self, tokenizer: Any, max_tokens: int, pending: tuple[dict[str, str], ...] = ()) -> list[int]:

@@ -75,7 +75,7 @@ class LLMStage(Stage):
         elif isinstance(event, SpeechResumed | InputCleared):
             self._drop_speculation()
         elif isinstance(event, ItemCreated):
-            self.conversation.add(event.role, event.text)
+            self.conversation.add(event.role, event.text, event.item_id)
         elif isinstance(event, ResponseRequested):
             if self.turn is not None and self.turn.active and not self.turn.speculative:
                 self.emit(Error("conversation_already_has_active_response", "a response is in progress; "
@@ -90,7 +90,7 @@ class LLMStage(Stage):
                 self._confirm(turn, event)
                 return
             self._drop_speculation()
-            self.conversation.add("user", event.text.strip())
+            self.conversation.add("user", event.text.strip(), event.item_id)
             if not self._user_speaking:
                 self._start(event)
 
@@ -122,7 +122,8 @@ class LLMStage(Stage):
     def _reply(self, item_id: str | None, speech_end: float, transcript_at: float | None) -> None:
         """Answer the conversation as it stands, against the deadline counted from `speech_end`."""
         self.cancel("superseded")
-        turn = self._new_turn(item_id, speech_end, self.conversation.add("assistant", ""))
+        turn = self._new_turn(item_id, speech_end)
+        self.conversation.add("assistant", "", turn.output_item_id)
         if transcript_at is not None:
             turn.mark("final_transcript", transcript_at)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens)
@@ -132,7 +133,7 @@ class LLMStage(Stage):
         self.cancel("superseded")
         # Timed as if the end of speech will be confirmed when the endpointer's silence runs out.
         silence = (self.config.turn_detection.silence_duration_ms - self.config.early_final_ms) / 1000
-        turn = self._new_turn(early.item_id, early.paused_at + silence, {"role": "assistant", "content": ""})
+        turn = self._new_turn(early.item_id, early.paused_at + silence)
         turn.speculative = True
         self._speculated = early.text.strip()
         pending = ({"role": "user", "content": self._speculated},)
@@ -146,16 +147,16 @@ class LLMStage(Stage):
     def _confirm(self, turn: Turn, final: TranscriptFinal) -> None:
         turn.confirm(final.speech_end, final.speech_end + self.config.ttfa_s)
         turn.mark("final_transcript", final.speech_end + final.ready_s)
-        self.conversation.add("user", self._speculated)
-        self.conversation.append(turn.message)
+        self.conversation.add("user", self._speculated, final.item_id)
+        self.conversation.add("assistant", turn.text, turn.output_item_id)
         self.engine.promote(turn.request_id, RequestClass.REALTIME, self.pacing.llm_deadline(turn, time.monotonic()),
                             self.call_id)
         self.emit(TurnConfirmed(turn))
 
-    def _new_turn(self, item_id: str | None, speech_end: float, message: dict[str, str]) -> Turn:
+    def _new_turn(self, item_id: str | None, speech_end: float) -> Turn:
         response_id = new_id("resp")
         return Turn(response_id, f"{self.call_id}-{response_id}", item_id, speech_end,
-                    speech_end + self.config.ttfa_s, message)
+                    speech_end + self.config.ttfa_s)
 
     def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:
         self.turn = turn
@@ -181,5 +182,5 @@ class LLMStage(Stage):
                 if out.finished and (out.finish_reason or "").startswith("error"):
                     self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
         turn.llm_done = True
-        turn.message["content"] = turn.text
+        self.conversation.set_reply(turn.output_item_id, turn.text)
         self.emit(TextDone(turn))

@@ -28,6 +28,7 @@ from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
+from voicepipe.pipeline.turn_metrics import turn_metrics
 
 # send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
 Send = Callable[..., Awaitable[None]]
@@ -56,6 +57,7 @@ class ClientOutput(Stage):
         super().__init__()
         self.send, self.engine, self.pacing, self.sample_rate = send, engine, pacing, sample_rate
         self.conversation = conversation
+        self.metrics = turn_metrics(engine.metrics.registry)
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
         self._held: dict[Turn, list[Event]] = {}
         self._recent: dict[str, Turn] = {}  # by assistant item id, the last RECENT_TURNS turns
@@ -139,7 +141,7 @@ class ClientOutput(Stage):
             turn.mark("first_audio", now)
         elif gap > 0:
             turn.underruns += 1
-            self.engine.metrics.underruns.inc()
+            self.metrics.underruns.inc()
         turn.playback.append((index, start, seconds))
         self._audible = turn
         self.pacing.repace(turn)
@@ -155,7 +157,7 @@ class ClientOutput(Stage):
     async def _stop_audio(self, turn: Turn, now: float) -> None:
         """Cut the turn's audio off: the conversation keeps only the text the caller heard."""
         turn.stop_audio(now)
-        self.conversation.truncate(turn.message, turn.played_text(now))
+        self.conversation.truncate(turn.output_item_id, turn.played_text(now))
         if self._audible is turn:
             self._audible = None
             self.pacing.clear(now)
@@ -171,27 +173,24 @@ class ClientOutput(Stage):
         if turn is self._audible:
             await self._stop_audio(turn, now)
         turn.stop_audio(now)
-        self.conversation.truncate(turn.message, turn.text_until(event.audio_end_ms / 1000))
+        self.conversation.truncate(turn.output_item_id, turn.text_until(event.audio_end_ms / 1000))
         await self.send({"type": "conversation.item.truncated", "item_id": event.item_id, "content_index": 0,
                          "audio_end_ms": event.audio_end_ms})
 
     async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:
         turn.finished = True
-        metrics = self.engine.metrics
         first_audio = turn.timings.get("first_audio")
         met: bool | None = None
         if first_audio is not None:
             met = turn.speech_end + first_audio <= turn.deadline
-            metrics.ttfa.observe(first_audio)
         elif time.monotonic() > turn.deadline:
             met = False
         outcome = {True: "met", False: "missed"}.get(met, "cancelled" if status == "cancelled" else "no_audio")
-        metrics.deadlines.labels(outcome).inc()
-        for stage, seconds in turn.timings.items():
-            metrics.turn_stage.labels(stage).observe(seconds)
+        self.metrics.turn_ended(outcome, first_audio, turn.timings)
+        said = self.conversation.get(turn.output_item_id)
         response = {"id": turn.response_id, "status": status,
                     "output": [{"id": turn.output_item_id, "type": "message", "role": "assistant",
-                                "text": turn.message["content"]}],
+                                "text": said["content"] if said is not None else turn.text}],
                     "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.output_tokens,
                               "total_tokens": turn.prompt_tokens + turn.output_tokens},
                     "timings": {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()},

@@ -21,6 +21,8 @@ class Pacing:
         self.playout_end = 0.0
         self.tts_estimate_s = tts_estimate_s  # time to synthesize a sentence
         self.chars_per_s = chars_per_s  # characters of text per second of speech
+        self._turn: Turn | None = None  # the turn whose sentences are being synthesized
+        self._pending: dict[int, float] = {}  # its sentences handed to synthesis -> estimated seconds
 
     # -- the playback clock ----------------------------------------------------------------------------------
     def buffered(self, now: float) -> float:
@@ -40,12 +42,15 @@ class Pacing:
     # -- sentences -------------------------------------------------------------------------------------------
     def expect(self, turn: Turn, index: int, text: str) -> None:
         """A sentence was handed to synthesis: its audio is on the way."""
-        turn.pending[index] = len(text) / self.chars_per_s
+        if turn is not self._turn:
+            self._turn, self._pending = turn, {}
+        self._pending[index] = len(text) / self.chars_per_s
         self.repace(turn)
 
     def synthesized(self, turn: Turn, index: int, text: str, audio_s: float, work_s: float) -> None:
         """A sentence became `audio_s` of audio in `work_s` (both smoothed into the estimates)."""
-        turn.pending.pop(index, None)
+        if turn is self._turn:
+            self._pending.pop(index, None)
         if audio_s > 0:
             self.chars_per_s = 0.7 * self.chars_per_s + 0.3 * len(text) / audio_s
             self.tts_estimate_s = 0.7 * self.tts_estimate_s + 0.3 * work_s
@@ -56,8 +61,9 @@ class Pacing:
 
     def llm_deadline(self, turn: Turn, now: float) -> float:
         audio_end = self.tts_deadline(turn)
-        if turn.pending:
-            audio_end = max(audio_end, now + self.tts_estimate_s) + sum(turn.pending.values())
+        pending = self._pending if turn is self._turn else {}
+        if pending:
+            audio_end = max(audio_end, now + self.tts_estimate_s) + sum(pending.values())
         return audio_end - self.tts_estimate_s
 
     def repace(self, turn: Turn) -> None:

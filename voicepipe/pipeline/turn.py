@@ -21,11 +21,9 @@ class Turn:
     item_id: str | None  # the user utterance it answers (None: asked for with response.create)
     speech_end: float
     deadline: float  # when its first audio is due
-    message: dict[str, str]  # its assistant message in the conversation
     text: str = ""
     sentences: list[str] = field(default_factory=list)
     playback: list[tuple[int, float, float]] = field(default_factory=list)  # (sentence, start, seconds)
-    pending: dict[int, float] = field(default_factory=dict)  # sentence -> estimated seconds, being synthesized
     timings: dict[str, float] = field(default_factory=dict)
     underruns: int = 0
     output_item_id: str = field(default_factory=lambda: new_id("item"))  # its assistant message's id

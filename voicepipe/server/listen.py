@@ -1,5 +1,6 @@
 """The listening socket, bound before the models load so a busy port fails in a second, not a minute."""
 
+import ipaddress
 import socket
 
 
@@ -20,6 +21,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def is_loopback(host: str) -> bool:
-    """True for names and addresses that only this machine can reach."""
+    """True for names and addresses that only this machine can reach (a Host header's name or a bind
+    address): localhost and its subdomains, 127.0.0.0/8, ::1."""
     host = host.strip("[]").lower()
-    return host in ("localhost", "::1") or host.endswith(".localhost") or host.startswith("127.")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -8,7 +8,6 @@ loads: a typo costs a second, not a minute of loading. This module imports nothi
 
 import argparse
 import difflib
-import ipaddress
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from urllib.parse import urlsplit
 from voicepipe.cli_models import DEVICES, POLICIES, PRECISIONS
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.limits import Limits
+from voicepipe.server.listen import is_loopback
 from voicepipe.stages.tts_select import TTS_CHOICES
 
 if TYPE_CHECKING:  # the pipeline imports torch
@@ -82,15 +82,6 @@ class ServeSettings:
 
 MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "device", "asr_model", "tts", "tts_model")
 FIELD_TYPES = {f.name: type(f.default) if f.default is not None else str for f in fields(ServeSettings)}
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _at_least_one(value: int) -> None:
