@@ -305,7 +305,8 @@ async def test_http(server):
     assert status == 200 and headers["content-type"].startswith("text/javascript")
     status, headers, body = await http_get(server, "/metrics")
     assert status == 200 and b"voicepipe_time_to_first_token_seconds" in body
-    for path in ("/../pyproject.toml", "/%2e%2e/pyproject.toml", "/..%2fpyproject.toml", "/missing.html"):
+    for path in ("/../pyproject.toml", "/%2e%2e/pyproject.toml", "/..%2fpyproject.toml", "/missing.html",
+                 "/__init__.py"):
         status, _, body = await http_get(server, path)
         assert status == 404, path
         assert b"voicepipe" not in body

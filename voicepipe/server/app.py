@@ -4,7 +4,7 @@ security check."""
 import mimetypes
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI, HTTPException, WebSocket
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -54,8 +54,17 @@ def build_app(server: "VoiceServer") -> FastAPI:
 
     install_error_handlers(app)
     app.include_router(build_router(server))
-    app.mount("/", StaticFiles(directory=server.web_dir, html=True), name="web")
+    app.mount("/", WebFiles(directory=server.web_dir, html=True), name="web")
     return Guard(app, server)
+
+
+class WebFiles(StaticFiles):
+    """The client's files; not the Python that makes `web/` a package."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        if path.endswith((".py", ".pyc")) or "__pycache__" in path:
+            raise HTTPException(404)
+        return await super().get_response(path, scope)
 
 
 class Guard:
