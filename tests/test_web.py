@@ -241,6 +241,54 @@ def test_knobs_change_the_engine(server, browser):
         page.close()
 
 
+# Each knob's number box and slider, as the page shows them.
+KNOB_INPUTS = """() => Object.fromEntries([...document.querySelectorAll('#knobs input[type=number]')].map((box) => {
+  const slider = document.querySelector(`#knobs input[type=range][data-knob="${box.dataset.knob}"]`);
+  return [box.dataset.knob, {min: box.min, max: box.max, value: box.value, disabled: box.disabled,
+                             sliderDisabled: slider.disabled}];
+}))"""
+NO_WEBSOCKET = "window.WebSocket = class { constructor() { this.readyState = 0; } send() {} close() {} };"
+
+
+def test_knob_ranges_come_from_the_session(server, browser):
+    """The page repeats no knob range: the inputs wait, disabled, until a session announces its limits."""
+    page, problems = open_page(browser, server.url + "/")
+    try:
+        state = hook(page)
+        limits = state["session"]["limits"]["scheduler"]
+        inputs = page.evaluate(KNOB_INPUTS)
+        assert set(inputs) == set(limits) == {"max_batch_tokens", "max_batch_seqs"}
+        for name, (lo, hi) in limits.items():
+            assert (inputs[name]["min"], inputs[name]["max"]) == (str(lo), str(hi)), name
+            assert not inputs[name]["disabled"] and not inputs[name]["sliderDisabled"], name
+            assert inputs[name]["value"] == str(state["config"][name]), name
+        assert not problems, problems
+    finally:
+        page.close()
+
+    page = browser.new_page()  # a call that never connects: no session, so no ranges
+    problems = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.add_init_script(NO_WEBSOCKET)
+    try:
+        page.goto(server.url + "/")
+        page.wait_for_function("window.voicepipe && window.voicepipe.state === 'connecting'", timeout=20_000)
+        for name, knob in page.evaluate(KNOB_INPUTS).items():
+            assert knob["disabled"] and knob["sliderDisabled"], name
+            assert knob["min"] == knob["max"] == knob["value"] == "", name
+        page.evaluate("""() => window.voicepipe.receive({type: "session.created", session: {
+            scheduler: {policy: "o4", max_batch_tokens: 100, max_batch_seqs: 7},
+            limits: {scheduler: {max_batch_tokens: [2, 300], max_batch_seqs: [3, 40]}}}})""")
+        inputs = page.evaluate(KNOB_INPUTS)
+        assert inputs["max_batch_tokens"] == {"min": "2", "max": "300", "value": "100", "disabled": False,
+                                              "sliderDisabled": False}
+        assert inputs["max_batch_seqs"] == {"min": "3", "max": "40", "value": "7", "disabled": False,
+                                            "sliderDisabled": False}
+        assert not problems, problems
+    finally:
+        page.close()
+
+
 # Two seconds of reply audio for a response, then the barge-in clear, then a chunk that arrives late.
 BARGE_IN = """() => {
   const vp = window.voicepipe;

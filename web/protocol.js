@@ -1,0 +1,42 @@
+// The call protocol as this page speaks it: every event name it sends or reads, and the builders of what
+// it sends, in one place. It mirrors the server's voicepipe/protocol.py (same names, the part the page
+// uses); binary messages are PCM16 audio in both directions and carry no name.
+
+/** Events the page sends (besides binary frames of microphone audio). */
+export const ClientEvent = Object.freeze({
+  SESSION_UPDATE: "session.update",
+  RESPONSE_CANCEL: "response.cancel",
+});
+
+/** Events the page reads (besides the binary frame after each RESPONSE_AUDIO_DELTA). */
+export const ServerEvent = Object.freeze({
+  SESSION_CREATED: "session.created",
+  SESSION_UPDATED: "session.updated",
+  SPEECH_STARTED: "input_audio_buffer.speech_started",
+  SPEECH_STOPPED: "input_audio_buffer.speech_stopped",
+  TRANSCRIPT_DELTA: "conversation.item.input_audio_transcription.delta",
+  TRANSCRIPT_COMPLETED: "conversation.item.input_audio_transcription.completed",
+  RESPONSE_CREATED: "response.created",
+  RESPONSE_TEXT_DELTA: "response.text.delta",
+  RESPONSE_AUDIO_DELTA: "response.audio.delta",
+  RESPONSE_AUDIO_DONE: "response.audio.done",
+  RESPONSE_DONE: "response.done",
+  PLAYBACK_CLEARED: "output_audio_buffer.cleared",
+  SCHEDULER_STATS: "scheduler.stats",
+  ERROR: "error",
+});
+
+/** Error codes the page treats specially. */
+export const ErrorCode = Object.freeze({
+  IDLE_TIMEOUT: "idle_timeout", // the server closed a call that sat unused
+});
+
+/** Change the scheduler's knobs (engine-wide): `scheduler` is {knob name: value}. */
+export function sessionUpdate(scheduler) {
+  return { type: ClientEvent.SESSION_UPDATE, session: { scheduler } };
+}
+
+/** Ask the server to stop the response in progress. */
+export function responseCancel() {
+  return { type: ClientEvent.RESPONSE_CANCEL };
+}
