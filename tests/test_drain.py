@@ -10,7 +10,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from test_server import QUESTION, Call
+from helpers import QUESTION, Call
 from websockets.asyncio.client import connect
 
 from voicepipe.audio import read_audio

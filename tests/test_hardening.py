@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import pytest_asyncio
-from test_server import FRAME, LONG_QUESTION, QUESTION, SAMPLE_RATE, Call, calls_ended, settled
+from helpers import FRAME, LONG_QUESTION, QUESTION, SAMPLE_RATE, Call, calls_ended, settled
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 

@@ -6,141 +6,34 @@ runs on this test module's event loop, so its tasks can be counted and its engin
 
 import asyncio
 import base64
-import json
-import time
 
 import numpy as np
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from helpers import (
+    FRAME,
+    LONG_QUESTION,
+    QUESTION,
+    SAMPLE_RATE,
+    Call,
+    calls_ended,
+    http_get,
+    pinned_pages,
+    reply_text,
+    response_id,
+    settled,
+)
+from websockets.asyncio.client import connect
 
-from voicepipe.audio import read_audio, resample, to_float32, to_pcm16
+from voicepipe.audio import read_audio, resample, to_float32
 from voicepipe.limits import Limits
 from voicepipe.server import VoiceServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SAMPLE_RATE = 16000
-FRAME = SAMPLE_RATE // 50  # 20 ms
-QUESTION = "What is the capital of France?"
-LONG_QUESTION = "Tell me about the history of Paris."  # the embedded LLM answers it at length
-TURN_TIMEOUT_S = 240  # a turn on a busy 2-core CPU
-
 
 @pytest.fixture(scope="module")
 def question(speech_wav) -> np.ndarray:
     return read_audio(speech_wav(QUESTION), SAMPLE_RATE)
-
-
-class Call:
-    """A test client: reads every server message in the background and speaks in real time."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.events: list[dict] = []
-        self.frames: list[tuple[dict, bytes]] = []  # (the event before it: its response.audio.delta, the audio)
-        self.closed = False
-        self._new = asyncio.Event()
-        self._reader = asyncio.create_task(self._read())
-
-    @classmethod
-    async def open(cls, server: VoiceServer) -> "Call":
-        call = cls(await connect(f"ws://127.0.0.1:{server.port}/ws", max_size=None))
-        await call.wait("session.created", timeout=30)
-        return call
-
-    @property
-    def session_id(self) -> str:
-        return self.events[0]["session"]["id"]
-
-    async def _read(self) -> None:
-        try:
-            async for message in self.ws:
-                if isinstance(message, bytes):
-                    self.frames.append((self.events[-1], message))
-                else:
-                    self.events.append(json.loads(message))
-                self._new.set()
-        except ConnectionClosed:
-            pass
-        finally:
-            self.closed = True
-            self._new.set()
-
-    async def wait(self, kind: str, timeout: float = TURN_TIMEOUT_S, start: int = 0,
-                   response: str | None = None) -> dict:
-        """The first event of `kind` after index `start` (of `response`, if given), waiting for it."""
-        end = time.monotonic() + timeout
-        while True:
-            self._new.clear()
-            for event in self.events[start:]:
-                if event["type"] == kind and response in (None, response_id(event)):
-                    return event
-            assert not self.closed, f"connection closed before {kind}; saw {self.kinds()}"
-            await asyncio.wait_for(self._new.wait(), max(0.0, end - time.monotonic()))
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["type"] == kind]
-
-    def kinds(self) -> list[str]:
-        return [e["type"] for e in self.events if e["type"] != "scheduler.stats"]
-
-    async def send(self, event: dict | str | bytes) -> None:
-        await self.ws.send(event if isinstance(event, str | bytes) else json.dumps(event))
-
-    async def speak(self, audio: np.ndarray, silence_s: float = 1.0) -> None:
-        """Stream speech then silence as 20 ms PCM16 frames, in real time."""
-        pcm = to_pcm16(np.concatenate([audio, np.zeros(int(silence_s * SAMPLE_RATE), np.float32)]))
-        start = time.monotonic()
-        for i, offset in enumerate(range(0, len(pcm), FRAME)):
-            await asyncio.sleep(max(0.0, start + i * 0.02 - time.monotonic()))
-            await self.ws.send(pcm[offset:offset + FRAME].astype("<i2").tobytes())
-
-    async def close(self) -> None:
-        await self.ws.close()
-        await self._reader
-
-
-def response_id(event: dict) -> str | None:
-    return event.get("response_id") or (event.get("response") or {}).get("id")
-
-
-def reply_text(call: Call, response: str) -> str:
-    return "".join(e["delta"] for e in call.of("response.text.delta") if e["response_id"] == response)
-
-
-def pinned_pages(engine) -> int:
-    return sum(len(pages) for pages, _ in list(engine.pool.pins.values()))
-
-
-async def settled(engine, timeout: float = 60.0) -> None:
-    """Wait until the engine holds no request and has no job queued (its pool is then safe to read)."""
-    end = time.monotonic() + timeout
-    while engine.requests or engine.jobs or not engine.planner.idle:
-        assert time.monotonic() < end, "the engine did not go idle"
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)  # let aborts and releases already queued to the engine thread run
-
-
-async def calls_ended(server: VoiceServer, timeout: float = 30.0) -> None:
-    """Wait until the server has finished cleaning up every call (clients may leave before that)."""
-    end = time.monotonic() + timeout
-    while server.calls:
-        assert time.monotonic() < end, "calls were not cleaned up"
-        await asyncio.sleep(0.05)
-
-
-async def http_get(server: VoiceServer, path: str) -> tuple[int, dict[str, str], bytes]:
-    """A raw HTTP/1.1 GET, sending `path` exactly as given (no client-side normalisation of '..')."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-    await writer.drain()
-    raw = await asyncio.wait_for(reader.read(), 30)
-    writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    return int(status_line.split()[1]), headers, body
 
 
 async def test_spoken_question_is_answered(server, runtime, question, words):

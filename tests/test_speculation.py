@@ -3,7 +3,7 @@ end of the utterance; otherwise it is dropped unheard and the whole utterance ge
 
 import numpy as np
 import pytest
-from test_server import SAMPLE_RATE, Call, pinned_pages, response_id, settled
+from helpers import SAMPLE_RATE, Call, pinned_pages, response_id, settled
 
 from scheduler import RequestClass
 from voicepipe.audio import read_audio

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytest_asyncio
-from test_server import QUESTION, TURN_TIMEOUT_S
+from helpers import QUESTION, TURN_TIMEOUT_S
 
 from voicepipe.audio import to_float32
 from voicepipe.playback import PlaybackBuffer

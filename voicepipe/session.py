@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.engine import KNOBS
+from voicepipe import protocol
 from voicepipe.audio import to_float32
 from voicepipe.events import (
     AudioIn,
@@ -25,8 +26,8 @@ from voicepipe.events import (
 )
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
-from voicepipe.pipeline.output import error_message
 from voicepipe.pipeline.turn_metrics import turn_metrics
+from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.runtime import Runtime
 from voicepipe.transport import Disconnected, Transport
 from voicepipe.vad import SAMPLE_RATE
@@ -74,7 +75,7 @@ class Session:
         stats = asyncio.create_task(self._send_stats())
         log.info("call %s started", self.id)
         try:
-            await self.send({"type": "session.created", "session": self.describe()})
+            await self.send(protocol.session_event(ServerEvent.SESSION_CREATED, self.describe()))
             await self._receive()
         finally:
             stats.cancel()
@@ -101,9 +102,10 @@ class Session:
         that has gone is noticed by the receiving loop, so a failed send is dropped here."""
         async with self._send_lock:
             for message in messages:
-                if isinstance(message, dict) and message.get("type") in ("response.created", "response.done"):
+                kind = message.get("type") if isinstance(message, dict) else None
+                if kind in (ServerEvent.RESPONSE_CREATED, ServerEvent.RESPONSE_DONE):
                     response_id = message["response"]["id"]
-                    if message["type"] == "response.created":
+                    if kind == ServerEvent.RESPONSE_CREATED:
                         self._responses.add(response_id)
                     else:
                         self._responses.discard(response_id)
@@ -113,7 +115,7 @@ class Session:
                     return
 
     async def error(self, code: str, message: str) -> None:
-        await self.send(error_message(code, message))
+        await self.send(protocol.error(code, message))
 
     # -- client messages -------------------------------------------------------------------------------------
     async def _handle(self, message: str | bytes) -> None:
@@ -133,21 +135,21 @@ class Session:
         kind = event.get("type") if isinstance(event, dict) else None
         if not isinstance(kind, str):
             await self.error("invalid_event", "an event must be a JSON object with a string 'type'")
-        elif kind == "input_audio_buffer.append":
+        elif kind == ClientEvent.AUDIO_APPEND:
             await self._append(event)
-        elif kind == "session.update":
+        elif kind == ClientEvent.SESSION_UPDATE:
             await self._update(event)
-        elif kind == "response.cancel":
+        elif kind == ClientEvent.RESPONSE_CANCEL:
             self.pipeline.push(CancelRequested())
-        elif kind == "response.create":
+        elif kind == ClientEvent.RESPONSE_CREATE:
             self.pipeline.push(ResponseRequested())
-        elif kind == "input_audio_buffer.commit":
+        elif kind == ClientEvent.AUDIO_COMMIT:
             self.pipeline.push(CommitRequested())
-        elif kind == "input_audio_buffer.clear":
+        elif kind == ClientEvent.AUDIO_CLEAR:
             self.pipeline.push(ClearRequested())
-        elif kind == "conversation.item.create":
+        elif kind == ClientEvent.ITEM_CREATE:
             await self._create_item(event.get("item"))
-        elif kind == "conversation.item.truncate":
+        elif kind == ClientEvent.ITEM_TRUNCATE:
             await self._truncate(event)
         else:
             await self.error("unknown_event", f"unknown event type {kind!r}")
@@ -193,7 +195,7 @@ class Session:
         except InvalidUpdate as e:
             await self.error("invalid_session_update", str(e))
             return
-        await self.send({"type": "session.updated", "session": self.describe(knobs)})
+        await self.send(protocol.session_event(ServerEvent.SESSION_UPDATED, self.describe(knobs)))
 
     def _apply_update(self, update: Any) -> dict[str, int]:
         """Check every field first, then apply them all; a bad one changes nothing."""
@@ -245,7 +247,7 @@ class Session:
     async def _send_stats(self) -> None:
         while True:
             await asyncio.sleep(STATS_INTERVAL_S)
-            await self.send({"type": "scheduler.stats", "stats": page_stats(self.runtime)})
+            await self.send(protocol.scheduler_stats(page_stats(self.runtime)))
 
 
 def _message_text(item: Any) -> tuple[str, str]:

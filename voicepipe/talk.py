@@ -25,6 +25,7 @@ import soxr
 from scheduler.engine import notify
 from voicepipe.limits import Limits
 from voicepipe.playback import PlaybackBuffer
+from voicepipe.protocol import ServerEvent
 from voicepipe.runtime import Runtime
 from voicepipe.session import Session
 from voicepipe.transport import Disconnected
@@ -142,23 +143,23 @@ class LocalLine:
     def show(self, event: dict) -> None:
         """Act on one event of the protocol: print what was heard and answered, drop audio on a barge-in."""
         kind = event["type"]
-        if kind == "output_audio_buffer.cleared":
+        if kind == ServerEvent.PLAYBACK_CLEARED:
             self.playback.clear()
             self._to_speaker.clear()
-        elif kind == "response.audio.done":
+        elif kind == ServerEvent.RESPONSE_AUDIO_DONE:
             self.playback.write(self._to_speaker.flush())
-        elif kind == "session.created":
+        elif kind == ServerEvent.SESSION_CREATED:
             self._print("voicepipe: listening; speak to the assistant (through headphones; Ctrl+C ends the call)")
-        elif kind == "conversation.item.input_audio_transcription.completed":
+        elif kind == ServerEvent.TRANSCRIPT_COMPLETED:
             self._print(f"you: {event['transcript'].strip()}")
-        elif kind == "response.created":
+        elif kind == ServerEvent.RESPONSE_CREATED:
             self._print("assistant: ", end="")
-        elif kind == "response.text.delta":
+        elif kind == ServerEvent.RESPONSE_TEXT_DELTA:
             self._write(event["delta"].replace("\n", " "))  # a reply stays on its line
-        elif kind == "response.done" and self._midline:
+        elif kind == ServerEvent.RESPONSE_DONE and self._midline:
             self._write(" [interrupted]\n" if event["response"]["status"] == "cancelled" else "\n")
             self._midline = False
-        elif kind == "error":
+        elif kind == ServerEvent.ERROR:
             print(f"voicepipe: {event['error']['message']}", file=sys.stderr, flush=True)
 
     def _print(self, text: str, end: str = "\n") -> None:

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from scheduler import Engine
+from voicepipe import protocol
 from voicepipe.events import (
     AudioOut,
     CancelRequested,
@@ -35,10 +36,6 @@ Send = Callable[..., Awaitable[None]]
 MAX_FRAME_S = 2.0  # longer sentences go out in several frames, well under the usual 1 MiB message limits
 CANCEL_REASONS = {"barge_in": "turn_detected", "client_cancelled": "client_cancelled"}
 RECENT_TURNS = 16  # assistant items a client may still truncate
-
-
-def error_message(code: str, message: str, kind: str = "invalid_request_error") -> dict:
-    return {"type": "error", "error": {"type": kind, "code": code, "message": message}}
 
 
 class ClientOutput(Stage):
@@ -80,56 +77,44 @@ class ClientOutput(Stage):
     async def _handle(self, event: Event) -> None:
         now = time.monotonic()
         if isinstance(event, SpeechStarted):
-            await self.send({"type": "input_audio_buffer.speech_started", "item_id": event.item_id,
-                             "audio_start_ms": event.audio_start_ms})
+            await self.send(protocol.speech_started(event.item_id, event.audio_start_ms))
             await self._interrupt(now)
         elif isinstance(event, CancelRequested):
             await self._interrupt(now)
         elif isinstance(event, SpeechStopped):
-            await self.send({"type": "input_audio_buffer.speech_stopped", "item_id": event.item_id,
-                             "audio_end_ms": event.audio_end_ms},
-                            {"type": "input_audio_buffer.committed", "item_id": event.item_id})
+            await self.send(*protocol.speech_stopped(event.item_id, event.audio_end_ms))
         elif isinstance(event, InputCleared):
-            await self.send({"type": "input_audio_buffer.cleared"})
+            await self.send(protocol.audio_cleared())
         elif isinstance(event, ItemCreated):
-            item = {"id": event.item_id, "type": "message", "role": event.role, "status": "completed",
-                    "content": [{"type": "input_text" if event.role != "assistant" else "output_text",
-                                 "text": event.text}]}
-            await self.send({"type": "conversation.item.added", "item": item},
-                            {"type": "conversation.item.done", "item": item})
+            await self.send(*protocol.text_item(event.item_id, event.role, event.text))
         elif isinstance(event, TruncateRequested):
             await self._truncate(event, now)
         elif isinstance(event, TranscriptDelta):
-            await self.send({"type": "conversation.item.input_audio_transcription.delta", "item_id": event.item_id,
-                             "delta": event.delta, "partial": event.partial})
+            await self.send(protocol.transcript_delta(event.item_id, event.delta, event.partial))
         elif isinstance(event, TranscriptFinal):
-            await self.send({"type": "conversation.item.input_audio_transcription.completed",
-                             "item_id": event.item_id, "transcript": event.text})
+            await self.send(protocol.transcript_completed(event.item_id, event.text))
         elif isinstance(event, ResponseCreated):
             turn = event.turn
             self._recent[turn.output_item_id] = turn
             while len(self._recent) > RECENT_TURNS:
                 del self._recent[next(iter(self._recent))]
-            output = [{"id": turn.output_item_id, "type": "message", "role": "assistant"}]
-            await self.send({"type": "response.created",
-                             "response": {"id": turn.response_id, "status": "in_progress", "output": output}})
+            await self.send(protocol.response_created(turn.response_id, turn.output_item_id))
         elif isinstance(event, TextDelta):
-            await self.send({"type": "response.text.delta", "response_id": event.turn.response_id,
-                             "item_id": event.turn.output_item_id, "delta": event.text})
+            await self.send(protocol.text_delta(event.turn.response_id, event.turn.output_item_id, event.text))
         elif isinstance(event, AudioOut):
             step = int(MAX_FRAME_S * self.sample_rate)
             for start in range(0, len(event.pcm), step):
                 await self._play(event.turn, event.index, event.pcm[start:start + step], time.monotonic())
         elif isinstance(event, TurnDone):
             if event.turn.playback:
-                await self.send({"type": "response.audio.done", "response_id": event.turn.response_id})
+                await self.send(protocol.audio_done(event.turn.response_id))
             await self._finish(event.turn, "completed")
         elif isinstance(event, TurnCancelled):
             if not event.turn.finished:
                 await self._stop_audio(event.turn, now)
                 await self._finish(event.turn, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
         elif isinstance(event, Error):
-            await self.send(error_message(event.code, event.message, event.type))
+            await self.send(protocol.error(event.code, event.message, event.type))
 
     async def _play(self, turn: Turn, index: int, pcm: np.ndarray, now: float) -> None:
         if turn.cancelled:
@@ -145,8 +130,7 @@ class ClientOutput(Stage):
         turn.playback.append((index, start, seconds))
         self._audible = turn
         self.pacing.repace(turn)
-        await self.send({"type": "response.audio.delta", "response_id": turn.response_id,
-                         "item_id": turn.output_item_id, "bytes": 2 * len(pcm), "sample_rate": self.sample_rate},
+        await self.send(protocol.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate),
                         pcm.astype("<i2", copy=False).tobytes())
 
     async def _interrupt(self, now: float) -> None:
@@ -161,21 +145,20 @@ class ClientOutput(Stage):
         if self._audible is turn:
             self._audible = None
             self.pacing.clear(now)
-            await self.send({"type": "output_audio_buffer.cleared", "response_id": turn.response_id})
+            await self.send(protocol.playback_cleared(turn.response_id))
 
     async def _truncate(self, event: TruncateRequested, now: float) -> None:
         """The client stopped playing an item: its audio stops here too, and the conversation keeps the
         words of the audio it played."""
         turn = self._recent.get(event.item_id)
         if turn is None:
-            await self.send(error_message("item_not_found", f"no assistant item {event.item_id!r} to truncate"))
+            await self.send(protocol.error("item_not_found", f"no assistant item {event.item_id!r} to truncate"))
             return
         if turn is self._audible:
             await self._stop_audio(turn, now)
         turn.stop_audio(now)
         self.conversation.truncate(turn.output_item_id, turn.text_until(event.audio_end_ms / 1000))
-        await self.send({"type": "conversation.item.truncated", "item_id": event.item_id, "content_index": 0,
-                         "audio_end_ms": event.audio_end_ms})
+        await self.send(protocol.item_truncated(event.item_id, event.audio_end_ms))
 
     async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:
         turn.finished = True
@@ -188,13 +171,10 @@ class ClientOutput(Stage):
         outcome = {True: "met", False: "missed"}.get(met, "cancelled" if status == "cancelled" else "no_audio")
         self.metrics.turn_ended(outcome, first_audio, turn.timings)
         said = self.conversation.get(turn.output_item_id)
-        response = {"id": turn.response_id, "status": status,
-                    "output": [{"id": turn.output_item_id, "type": "message", "role": "assistant",
-                                "text": said["content"] if said is not None else turn.text}],
-                    "usage": {"input_tokens": turn.prompt_tokens, "output_tokens": turn.output_tokens,
-                              "total_tokens": turn.prompt_tokens + turn.output_tokens},
-                    "timings": {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()},
-                    "deadline_met": met, "underruns": turn.underruns}
+        timings = {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()}
+        details = {"timings": timings, "deadline_met": met, "underruns": turn.underruns}
         if reason is not None:
-            response["status_details"] = {"type": status, "reason": reason}
-        await self.send({"type": "response.done", "response": response})
+            details["status_details"] = {"type": status, "reason": reason}
+        await self.send(protocol.response_done(turn.response_id, status, turn.output_item_id,
+                                               said["content"] if said is not None else turn.text,
+                                               (turn.prompt_tokens, turn.output_tokens), **details))

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import soxr
 
+from voicepipe import protocol
 from voicepipe.events import new_id
-from voicepipe.pipeline.output import error_message
+from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.runtime import Runtime
 from voicepipe.server.chat_api import model_name
 from voicepipe.server.realtime_session import RATE, UnsupportedSession, ga_session, native_update
@@ -50,7 +51,7 @@ class RealtimeDialect:
         while True:
             message = await self.line.recv()
             if isinstance(message, bytes):
-                await self._send(error_message("invalid_event", "send audio as input_audio_buffer.append events "
+                await self._send(protocol.error("invalid_event", "send audio as input_audio_buffer.append events "
                                                "(base64 PCM16 at 24 kHz), not binary frames"))
                 continue
             try:
@@ -63,21 +64,21 @@ class RealtimeDialect:
 
     async def _inbound(self, event: dict) -> str | bytes | None:
         kind = event.get("type")
-        if kind == "input_audio_buffer.append":
+        if kind == ClientEvent.AUDIO_APPEND:
             try:
                 pcm = base64.b64decode(event.get("audio") or "", validate=True)
             except (binascii.Error, ValueError, TypeError) as e:
-                await self._send(error_message("invalid_audio", f"input_audio_buffer.append: {e}"))
+                await self._send(protocol.error("invalid_audio", f"input_audio_buffer.append: {e}"))
                 return None
             if len(pcm) % 2:
-                await self._send(error_message("invalid_audio", "PCM16 audio needs an even number of bytes"))
+                await self._send(protocol.error("invalid_audio", "PCM16 audio needs an even number of bytes"))
                 return None
             return self._mic.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2").tobytes() or None
-        if kind == "session.update":
+        if kind == ClientEvent.SESSION_UPDATE:
             try:
-                return json.dumps({"type": "session.update", "session": native_update(event.get("session"))})
+                return json.dumps({"type": ClientEvent.SESSION_UPDATE, "session": native_update(event.get("session"))})
             except UnsupportedSession as e:
-                await self._send(error_message("unsupported_session", str(e)))
+                await self._send(protocol.error("unsupported_session", str(e)))
                 return None
         return json.dumps(event)  # the rest has the same name and shape natively (or the session says so)
 
@@ -112,34 +113,34 @@ class RealtimeDialect:
 
     def _outbound(self, event: dict) -> list[dict]:
         kind = event.get("type")
-        if kind in ("session.created", "session.updated"):
+        if kind in (ServerEvent.SESSION_CREATED, ServerEvent.SESSION_UPDATED):
             return [{"type": kind, "session": ga_session(event["session"], self.model, self.beta)}]
-        if kind == "scheduler.stats":
+        if kind == ServerEvent.SCHEDULER_STATS:
             return []  # the web page's panel; not a Realtime event
-        if kind == "input_audio_buffer.committed":
+        if kind == ServerEvent.AUDIO_COMMITTED:
             item = _user_item(event["item_id"], None)
             return [{**event, "previous_item_id": None}, {"type": "conversation.item.added", "item": item}]
-        if kind == "conversation.item.input_audio_transcription.delta":
+        if kind == ServerEvent.TRANSCRIPT_DELTA:
             return [{"type": kind, "item_id": event["item_id"], "content_index": 0, "delta": event["delta"]}]
-        if kind == "conversation.item.input_audio_transcription.completed":
+        if kind == ServerEvent.TRANSCRIPT_COMPLETED:
             done = {"type": "conversation.item.done", "item": _user_item(event["item_id"], event["transcript"])}
             return [{**event, "content_index": 0}, done]
-        if kind == "response.created":
+        if kind == ServerEvent.RESPONSE_CREATED:
             return self._response_created(event["response"])
-        if kind == "response.text.delta":
+        if kind == ServerEvent.RESPONSE_TEXT_DELTA:
             response = self._responses.get(event["response_id"])
             if response is None:
                 return []
             response["transcript"] += event["delta"]
             return [{"type": "response.output_audio_transcript.delta", **response["where"], "delta": event["delta"]}]
-        if kind == "response.audio.delta":
+        if kind == ServerEvent.RESPONSE_AUDIO_DELTA:
             self._audio_header = event
             return []
-        if kind == "response.audio.done":
+        if kind == ServerEvent.RESPONSE_AUDIO_DONE:
             return self._audio_done(event["response_id"])
-        if kind == "response.done":
+        if kind == ServerEvent.RESPONSE_DONE:
             return self._response_done(event["response"])
-        if kind == "error":
+        if kind == ServerEvent.ERROR:
             return [{"type": "error", "error": {**event["error"], "param": None, "event_id": None}}]
         return [event]
 

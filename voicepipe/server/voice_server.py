@@ -10,9 +10,9 @@ from pathlib import Path
 import uvicorn
 from starlette.websockets import WebSocket
 
+from voicepipe import protocol
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig
-from voicepipe.pipeline.output import error_message
 from voicepipe.runtime import Runtime
 from voicepipe.server.http_protocol import DeadlineH11Protocol
 from voicepipe.server.listen import bind_socket, is_loopback
@@ -127,7 +127,7 @@ class VoiceServer:
             code, reason, message = refusal
             self.metrics.refused.labels(reason).inc()
             log.info("refused a call: %s", message)
-            await transport.send(json.dumps(error_message(reason, message, "server_error")))
+            await transport.send(json.dumps(protocol.error(reason, message, "server_error")))
             await line.close(code, reason.replace("_", " "))
             return
         session = Session(transport, self.runtime, self.limits, self.call_config, may_tune=access.may_tune)

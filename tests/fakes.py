@@ -1,0 +1,125 @@
+"""Stand-ins for the models and the engine, for unit tests of the pipeline that run in milliseconds.
+
+`FakeEngine` runs device jobs inline and answers LLM requests with scripted replies, a word per token;
+the fake tokenizer keeps the chat behind each prompt so the engine can tell which question it was asked.
+They implement only what the pipeline calls, and record it, so tests can assert on what was asked of
+the device.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scheduler import RequestClass, SamplingParams
+from scheduler.metrics import Metrics
+from scheduler.request import Output
+
+
+class FakeTokenizer:
+    """Each distinct "role: content" of a chat is one token id."""
+
+    def __init__(self) -> None:
+        self.strings: list[str] = []
+
+    def apply_chat_template(self, messages: list[dict[str, str]], **_: Any) -> list[int]:
+        ids = []
+        for m in messages:
+            text = f"{m['role']}: {m['content']}"
+            if text not in self.strings:
+                self.strings.append(text)
+            ids.append(self.strings.index(text))
+        return ids
+
+    def last_user_message(self, ids: list[int]) -> str:
+        users = [self.strings[i] for i in ids if self.strings[i].startswith("user: ")]
+        return users[-1].removeprefix("user: ") if users else ""
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    params: SamplingParams
+    cls: RequestClass
+    session: str | None
+    request_id: str | None
+    deadlines: list[float | None] = field(default_factory=list)
+    tokens: int = 0
+    closed: bool = False  # its stream was closed (finished, or aborted by the caller)
+
+
+class FakeEngine:
+    """Jobs run at once; a request streams its scripted reply a word per token, each after `gate` opens
+    (set by default: replies stream as fast as the event loop runs)."""
+
+    def __init__(self, tokenizer: FakeTokenizer, replies: dict[str, str] | None = None,
+                 default_reply: str = "Yes.") -> None:
+        self.tokenizer, self.replies, self.default_reply = tokenizer, replies or {}, default_reply
+        self.metrics = Metrics()
+        self.requests: list[Request] = []
+        self.jobs: list[tuple[str, RequestClass]] = []
+        self.promoted: list[tuple[str, RequestClass]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    def by_id(self, request_id: str) -> Request:
+        return next(r for r in self.requests if r.request_id == request_id)
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams | None = None,
+                       cls: RequestClass = RequestClass.INTERACTIVE, deadline: float | None = None,
+                       session: str | None = None, request_id: str | None = None) -> AsyncIterator[Output]:
+        params = params or SamplingParams()
+        request = Request(prompt_ids, params, cls, session, request_id, [deadline])
+        self.requests.append(request)
+        question = self.tokenizer.last_user_message(prompt_ids)
+        words = self.replies.get(question, self.default_reply).split()[:params.max_tokens]
+        try:
+            for n, word in enumerate(words):
+                await self.gate.wait()
+                request.tokens += 1
+                yield Output(n, word if n == 0 else " " + word)
+            yield Output(None, "", True, "stop" if len(words) < params.max_tokens else "length")
+        finally:
+            request.closed = True
+
+    async def run_job(self, fn: Callable[[], Any], cls: RequestClass = RequestClass.INTERACTIVE,
+                      deadline: float | None = None, kind: str = "job") -> Any:
+        self.jobs.append((kind, cls))
+        return fn()
+
+    def set_deadline(self, request_id: str, deadline: float) -> None:
+        if any(r.request_id == request_id for r in self.requests):
+            self.by_id(request_id).deadlines.append(deadline)
+
+    def promote(self, request_id: str, cls: RequestClass, deadline: float | None, session: str | None) -> None:
+        self.promoted.append((request_id, cls))
+
+    def busy(self) -> bool:
+        return False
+
+    def release_session(self, session: str) -> None:
+        pass
+
+
+class FakeASR:
+    """Hears `text` in any audio; counts its passes."""
+
+    sample_rate = 16000
+
+    def __init__(self, text: str) -> None:
+        self.text, self.passes = text, 0
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        self.passes += 1
+        return self.text
+
+
+class FakeTTS:
+    """A tenth of a second of a constant tone per word."""
+
+    sample_rate = 16000
+
+    def synthesize(self, text: str) -> Iterator[np.ndarray]:
+        yield np.full(len(text.split()) * self.sample_rate // 10, 1000, np.int16)

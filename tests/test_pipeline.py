@@ -1,0 +1,224 @@
+"""The pipeline's own logic against fake models and a fake engine, in milliseconds: a turn end to end,
+the early final pass, speculative replies kept and dropped, the first-clause rule, pacing, agreement,
+barge-in and truncation. Utterance events go in directly, as the VAD stage would emit them."""
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+from fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
+
+from scheduler import RequestClass
+from voicepipe.events import (
+    ItemCreated,
+    ResponseRequested,
+    SpeechAudio,
+    SpeechPaused,
+    SpeechResumed,
+    SpeechStarted,
+    SpeechStopped,
+    TextDelta,
+    TextDone,
+    TruncateRequested,
+)
+from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline.agreement import Agreement
+from voicepipe.pipeline.pacing import Pacing
+from voicepipe.pipeline.sentences import SentenceAggregator
+from voicepipe.pipeline.turn import Turn
+from voicepipe.protocol import ServerEvent
+from voicepipe.runtime import Runtime
+
+QUESTION = "What is the capital of France?"
+REPLY = "Paris is the capital of France. It is a big city with many museums."
+SECOND = 16000
+
+
+class Client:
+    """What the caller received."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict | bytes] = []
+
+    async def send(self, *messages: dict | bytes) -> None:
+        self.messages.extend(messages)
+
+    def kinds(self) -> list[str]:
+        return [m["type"] for m in self.messages if isinstance(m, dict)]
+
+    def of(self, kind: str) -> list[dict]:
+        return [m for m in self.messages if isinstance(m, dict) and m["type"] == kind]
+
+
+class Call:
+    """One call's pipeline over the fakes."""
+
+    def __init__(self, reply: str = REPLY, **config) -> None:
+        self.tokenizer = FakeTokenizer()
+        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply})
+        self.asr = FakeASR(QUESTION)
+        self.config = CallConfig(instructions="Be brief.", **config)
+        self.conversation = Conversation(self.config.instructions)
+        self.client = Client()
+        runtime = Runtime(self.engine, self.tokenizer, self.asr, FakeTTS())
+        self.pipeline = build_pipeline(runtime, "call", self.config, self.conversation, self.client.send)
+        self.pipeline.start()
+
+    async def push(self, *events) -> None:
+        for event in events:
+            self.pipeline.push(event)
+        await settle(self.pipeline)
+
+    async def utterance(self, item: str = "item_1", pause: bool = False, stop: bool = True) -> None:
+        """Speech starts, a second of it arrives, then (optionally) the early pause and the confirmed end."""
+        now = time.monotonic()
+        events = [SpeechStarted(item, 0, now), SpeechAudio(item, np.zeros(SECOND, np.float32), False)]
+        if pause:
+            events.append(SpeechPaused(item, SECOND, now))
+        if stop:
+            events.append(SpeechStopped(item, 1000, now, SECOND))
+        await self.push(*events)
+
+    async def close(self) -> None:
+        await self.pipeline.stop()
+
+
+async def settle(pipeline) -> None:
+    """Yield to the event loop until every stage's queue has stayed empty for a while (no timed sleep)."""
+    quiet = 0
+    for _ in range(2000):
+        await asyncio.sleep(0)
+        quiet = quiet + 1 if all(q.empty() for q in pipeline.queues) else 0
+        if quiet >= 30:
+            return
+
+
+async def test_a_finished_utterance_is_transcribed_answered_and_spoken():
+    call = Call()
+    await call.utterance()
+    kinds = call.client.kinds()
+    assert kinds[:3] == [ServerEvent.SPEECH_STARTED, ServerEvent.SPEECH_STOPPED, ServerEvent.AUDIO_COMMITTED]
+    assert kinds[-2:] == [ServerEvent.RESPONSE_AUDIO_DONE, ServerEvent.RESPONSE_DONE]
+    assert kinds.index(ServerEvent.TRANSCRIPT_COMPLETED) < kinds.index(ServerEvent.RESPONSE_CREATED)
+    text = "".join(m["delta"] for m in call.client.of(ServerEvent.RESPONSE_TEXT_DELTA))
+    assert text == REPLY
+    frames = [m for m in call.client.messages if isinstance(m, bytes)]
+    assert len(frames) == 2  # one per sentence
+    done = call.client.of(ServerEvent.RESPONSE_DONE)[0]["response"]
+    assert done["status"] == "completed" and done["usage"]["output_tokens"] == len(REPLY.split())
+    assert [(i["role"], i["content"]) for i in call.conversation.items] == [("user", QUESTION), ("assistant", REPLY)]
+    realtime = [r for r in call.engine.requests if r.cls is RequestClass.REALTIME]
+    assert len(realtime) == 1 and realtime[0].session == "call" and realtime[0].closed
+    await call.close()
+
+async def test_the_pass_at_the_pause_is_the_final_one_when_nothing_more_was_said():
+    call = Call(speculative=False)
+    await call.utterance(pause=True)
+    assert call.asr.passes == 1  # the early pass covered all the speech: no second pass at the end
+    assert call.client.of(ServerEvent.TRANSCRIPT_COMPLETED)[0]["transcript"] == QUESTION
+    await call.close()
+
+
+async def test_a_speculative_reply_is_held_until_the_end_of_speech_is_confirmed():
+    call = Call()
+    await call.utterance(pause=True, stop=False)
+    speculative = call.engine.requests[-1]
+    assert speculative.cls is RequestClass.INTERACTIVE and speculative.tokens > 0  # the reply is being written
+    assert ServerEvent.RESPONSE_CREATED not in call.client.kinds()  # but the caller hears nothing of it
+    assert call.conversation.items == []
+    await call.push(SpeechStopped("item_1", 1000, time.monotonic(), SECOND))
+    kinds = call.client.kinds()
+    assert kinds.count(ServerEvent.RESPONSE_CREATED) == 1 and kinds[-1] == ServerEvent.RESPONSE_DONE
+    assert kinds.index(ServerEvent.TRANSCRIPT_COMPLETED) < kinds.index(ServerEvent.RESPONSE_CREATED)
+    assert call.engine.promoted == [(speculative.request_id, RequestClass.REALTIME)]
+    assert len([r for r in call.engine.requests if r.params.max_tokens > 1]) == 1  # no second request
+    assert [(i["role"], i["content"]) for i in call.conversation.items] == [("user", QUESTION), ("assistant", REPLY)]
+    await call.close()
+
+async def test_a_speculative_reply_is_dropped_unheard_when_the_caller_goes_on():
+    call = Call()
+    call.engine.gate.clear()  # the speculative reply is still being written when the caller speaks again
+    await call.utterance(pause=True, stop=False)
+    speculative = call.engine.requests[-1]
+    await call.push(SpeechResumed("item_1"))
+    assert speculative.closed and call.client.kinds().count(ServerEvent.RESPONSE_CREATED) == 0
+    call.engine.gate.set()
+    await call.push(SpeechAudio("item_1", np.zeros(SECOND, np.float32), False),
+                    SpeechStopped("item_1", 2000, time.monotonic(), 2 * SECOND))
+    assert call.client.kinds().count(ServerEvent.RESPONSE_CREATED) == 1
+    created = call.client.of(ServerEvent.RESPONSE_CREATED)[0]["response"]["id"]
+    assert created not in speculative.request_id
+    assert [i["role"] for i in call.conversation.items] == ["user", "assistant"]
+    await call.close()
+
+async def test_only_the_first_piece_of_a_reply_may_end_at_a_clause():
+    aggregator = SentenceAggregator(clause_chars=16)
+    out: list = []
+    aggregator._emit = out.append
+    turn = Turn("resp_1", "req_1", "item_1", 0.0, 1.0)
+    for delta in ["Well, as you know, the answer", " is Paris, of course. It", " is big, old, and lovely. "]:
+        await aggregator.process(TextDelta(turn, delta))
+    await aggregator.process(TextDone(turn))
+    sentences = [e.text for e in out if type(e).__name__ == "Sentence"]
+    assert sentences == ["Well, as you know,", "the answer is Paris, of course.", "It is big, old, and lovely."]
+
+
+async def test_the_llm_deadline_follows_the_audio_the_caller_has_buffered():
+    pacing = Pacing(FakeEngine(FakeTokenizer()), tts_estimate_s=0.4, chars_per_s=10.0)
+    turn = Turn("resp_1", "req_1", "item_1", 100.0, 101.5)
+    assert pacing.llm_deadline(turn, 100.0) == pytest.approx(101.1)  # before audio: the turn's deadline
+    start, _ = pacing.schedule(3.0, 102.0)  # the first audio (a gap before it is no underrun)
+    turn.playback.append((0, start, 3.0))
+    assert start == 102.0
+    assert pacing.llm_deadline(turn, 102.0) == pytest.approx(104.6)  # the buffer runs dry at 105
+    pacing.expect(turn, 1, "x" * 20)  # a sentence being synthesized: 2 s more audio to come
+    assert pacing.llm_deadline(turn, 102.0) == pytest.approx(106.6)
+    pacing.synthesized(turn, 1, "x" * 20, audio_s=2.0, work_s=0.4)
+    assert pacing.llm_deadline(turn, 102.0) == pytest.approx(104.6)
+    assert pacing.schedule(1.0, 106.0) == (106.0, 1.0)  # arriving after the buffer ran dry: a 1 s gap
+
+
+def test_words_two_passes_agree_on_are_committed():
+    agreement = Agreement()
+    assert agreement.update("what is the") == ("", "what is the")
+    assert agreement.update("What is the capital") == ("What is the", "What is the capital")
+    assert agreement.update("what is a capital of") == ("", "What is the capital of")  # committed words stay
+    assert agreement.committed == ["What", "is", "the"]
+
+
+async def test_speaking_over_the_reply_cuts_it_and_keeps_what_was_heard():
+    call = Call(reply=" ".join(f"Sentence number {n} is here." for n in range(8)))
+    await call.utterance()
+    reply_id = call.client.of(ServerEvent.RESPONSE_CREATED)[0]["response"]["output"][0]["id"]
+    assert call.client.of(ServerEvent.RESPONSE_DONE)[0]["response"]["status"] == "completed"
+    await call.push(SpeechStarted("item_2", 0, time.monotonic()))  # the audio (4 s of it) is still playing
+    assert call.client.kinds()[-1] == ServerEvent.PLAYBACK_CLEARED
+    heard = call.conversation.get(reply_id)["content"]
+    assert len(heard.split()) < 8, heard  # at most a little of the first sentence was played
+    await call.close()
+
+
+async def test_a_truncated_item_keeps_the_words_of_the_audio_played():
+    call = Call()
+    await call.utterance()
+    reply_id = call.client.of(ServerEvent.RESPONSE_CREATED)[0]["response"]["output"][0]["id"]
+    first = "Paris is the capital of France."
+    ms = len(first.split()) * 100  # the fake voice speaks a word per 100 ms
+    await call.push(TruncateRequested(reply_id, ms))
+    assert call.conversation.get(reply_id)["content"] == first
+    assert call.client.of(ServerEvent.ITEM_TRUNCATED)[0]["audio_end_ms"] == ms
+    await call.push(TruncateRequested("item_unknown", 10))
+    assert call.client.of(ServerEvent.ERROR)[-1]["error"]["code"] == "item_not_found"
+    await call.close()
+
+
+async def test_a_text_item_is_answered_only_when_a_response_is_asked_for():
+    call = Call()
+    await call.push(ItemCreated("item_t", "user", QUESTION))
+    assert call.client.kinds() == [ServerEvent.ITEM_ADDED, ServerEvent.ITEM_DONE]
+    await call.push(ResponseRequested())
+    assert call.client.kinds()[-1] == ServerEvent.RESPONSE_DONE
+    assert [(i["id"], i["role"]) for i in call.conversation.items][0] == ("item_t", "user")
+    assert call.conversation.items[1]["content"] == REPLY
+    await call.close()

@@ -1,0 +1,128 @@
+"""The native call protocol in one place: every event name a client sends or reads, and a builder for
+each server event. The server's sessions, the `talk` mode, the Realtime dialect, the benchmarks and the
+tests all speak through it; `web/protocol.js` mirrors it for the page.
+
+Names follow the OpenAI Realtime API wherever it has a counterpart.
+"""
+
+from typing import Any
+
+
+class ClientEvent:
+    """What a client may send (besides binary frames of PCM16 audio)."""
+
+    AUDIO_APPEND = "input_audio_buffer.append"
+    AUDIO_COMMIT = "input_audio_buffer.commit"
+    AUDIO_CLEAR = "input_audio_buffer.clear"
+    SESSION_UPDATE = "session.update"
+    ITEM_CREATE = "conversation.item.create"
+    ITEM_TRUNCATE = "conversation.item.truncate"
+    RESPONSE_CREATE = "response.create"
+    RESPONSE_CANCEL = "response.cancel"
+
+
+class ServerEvent:
+    """What the server sends (besides a binary frame after each `RESPONSE_AUDIO_DELTA`)."""
+
+    SESSION_CREATED = "session.created"
+    SESSION_UPDATED = "session.updated"
+    SPEECH_STARTED = "input_audio_buffer.speech_started"
+    SPEECH_STOPPED = "input_audio_buffer.speech_stopped"
+    AUDIO_COMMITTED = "input_audio_buffer.committed"
+    AUDIO_CLEARED = "input_audio_buffer.cleared"
+    TRANSCRIPT_DELTA = "conversation.item.input_audio_transcription.delta"
+    TRANSCRIPT_COMPLETED = "conversation.item.input_audio_transcription.completed"
+    ITEM_ADDED = "conversation.item.added"
+    ITEM_DONE = "conversation.item.done"
+    ITEM_TRUNCATED = "conversation.item.truncated"
+    RESPONSE_CREATED = "response.created"
+    RESPONSE_TEXT_DELTA = "response.text.delta"
+    RESPONSE_AUDIO_DELTA = "response.audio.delta"
+    RESPONSE_AUDIO_DONE = "response.audio.done"
+    RESPONSE_DONE = "response.done"
+    PLAYBACK_CLEARED = "output_audio_buffer.cleared"
+    SCHEDULER_STATS = "scheduler.stats"
+    ERROR = "error"
+
+
+def error(code: str, message: str, kind: str = "invalid_request_error") -> dict:
+    return {"type": ServerEvent.ERROR, "error": {"type": kind, "code": code, "message": message}}
+
+
+def session_event(kind: str, session: dict) -> dict:
+    return {"type": kind, "session": session}
+
+
+def speech_started(item_id: str, audio_start_ms: int) -> dict:
+    return {"type": ServerEvent.SPEECH_STARTED, "item_id": item_id, "audio_start_ms": audio_start_ms}
+
+
+def speech_stopped(item_id: str, audio_end_ms: int) -> list[dict]:
+    """The end of an utterance, and its commitment to the conversation, which follows at once."""
+    return [{"type": ServerEvent.SPEECH_STOPPED, "item_id": item_id, "audio_end_ms": audio_end_ms},
+            {"type": ServerEvent.AUDIO_COMMITTED, "item_id": item_id}]
+
+
+def audio_cleared() -> dict:
+    return {"type": ServerEvent.AUDIO_CLEARED}
+
+
+def transcript_delta(item_id: str, delta: str, partial: str) -> dict:
+    return {"type": ServerEvent.TRANSCRIPT_DELTA, "item_id": item_id, "delta": delta, "partial": partial}
+
+
+def transcript_completed(item_id: str, transcript: str) -> dict:
+    return {"type": ServerEvent.TRANSCRIPT_COMPLETED, "item_id": item_id, "transcript": transcript}
+
+
+def text_item(item_id: str, role: str, text: str) -> list[dict]:
+    """A text message the client added: announced, and done at once."""
+    part = "output_text" if role == "assistant" else "input_text"
+    item = {"id": item_id, "type": "message", "role": role, "status": "completed",
+            "content": [{"type": part, "text": text}]}
+    return [{"type": ServerEvent.ITEM_ADDED, "item": item}, {"type": ServerEvent.ITEM_DONE, "item": item}]
+
+
+def item_truncated(item_id: str, audio_end_ms: int) -> dict:
+    return {"type": ServerEvent.ITEM_TRUNCATED, "item_id": item_id, "content_index": 0,
+            "audio_end_ms": audio_end_ms}
+
+
+def response_created(response_id: str, item_id: str) -> dict:
+    output = [{"id": item_id, "type": "message", "role": "assistant"}]
+    return {"type": ServerEvent.RESPONSE_CREATED,
+            "response": {"id": response_id, "status": "in_progress", "output": output}}
+
+
+def text_delta(response_id: str, item_id: str, delta: str) -> dict:
+    return {"type": ServerEvent.RESPONSE_TEXT_DELTA, "response_id": response_id, "item_id": item_id, "delta": delta}
+
+
+def audio_delta(response_id: str, item_id: str, size: int, sample_rate: int) -> dict:
+    """Announces the binary frame of `size` bytes that follows it."""
+    return {"type": ServerEvent.RESPONSE_AUDIO_DELTA, "response_id": response_id, "item_id": item_id,
+            "bytes": size, "sample_rate": sample_rate}
+
+
+def audio_done(response_id: str) -> dict:
+    return {"type": ServerEvent.RESPONSE_AUDIO_DONE, "response_id": response_id}
+
+
+def playback_cleared(response_id: str) -> dict:
+    return {"type": ServerEvent.PLAYBACK_CLEARED, "response_id": response_id}
+
+
+def response_done(response_id: str, status: str, item_id: str, text: str, usage: tuple[int, int],
+                  **details: Any) -> dict:
+    """The end of a reply: its item's final text, token usage (prompt, output), and voicepipe's own
+    details (timings, deadline_met, underruns, status_details)."""
+    prompt, output = usage
+    response = {"id": response_id, "status": status,
+                "output": [{"id": item_id, "type": "message", "role": "assistant", "text": text}],
+                "usage": {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output},
+                **details}
+    return {"type": ServerEvent.RESPONSE_DONE, "response": response}
+
+
+def scheduler_stats(stats: dict) -> dict:
+    return {"type": ServerEvent.SCHEDULER_STATS, "stats": stats}
