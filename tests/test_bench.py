@@ -1,8 +1,11 @@
 """The benchmark commands run end to end and report what they promise (their figures are not judged here)."""
 
 import json
+import math
 import subprocess
 import sys
+
+import pytest
 
 
 def test_bench_calls_reports_turns_of_a_real_call(tmp_path):
@@ -38,3 +41,32 @@ def test_calls_are_timed_from_the_last_speech_sample_not_the_trailing_silence():
     tone = 0.5 * np.sin(np.arange(8000) / 5.0).astype(np.float32)
     clip = np.concatenate([np.zeros(4800, np.float32), tone, np.zeros(4800, np.float32)])
     assert 4800 + 7990 <= last_voiced(clip) < 4800 + 8000
+
+
+@pytest.mark.slow
+def test_bench_mixed_reports_calls_beside_api_traffic(tmp_path):
+    out = tmp_path / "mixed.json"
+    run = subprocess.run([sys.executable, "-m", "voicepipe", "bench", "mixed", "--calls", "1", "--turns", "1",
+                          "--streams", "2", "--prompt-tokens", "120", "--api-max-tokens", "8", "--alone", "4",
+                          "--policies", "o4", "--deadline", "30", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["api_streams"] == 2 and report["calls"] == 1 and list(report["policies"]) == ["o4"]
+    o4 = report["policies"]["o4"]
+    assert o4["calls"]["turns"] == 1 and 0 < o4["calls"]["ttfa_p50_s"] < 30 and o4["calls"]["on_time_rate"] == 1.0
+    for phase in ("api_alone", "api_mixed"):
+        api = o4[phase]
+        assert api["tokens_per_s"] > 0 and api["requests_sent"] > 0, phase
+        assert 0 < api["ttft_p50_s"] <= api["ttft_p95_s"] < api["window_s"] + 30, phase
+    assert math.isclose(o4["api_throughput_ratio"], o4["api_mixed"]["tokens_per_s"] / o4["api_alone"]["tokens_per_s"])
+    assert "o4" in run.stdout and "API alone" in run.stdout
+
+
+def test_mixed_bench_counts_api_tokens_when_they_stream_not_when_the_request_ends():
+    from voicepipe.bench.mixed import ApiRequest
+
+    finished = ApiRequest(0.0, [1.0, 2.0, 3.0, 4.0], tokens=8)  # one chunk held two tokens' text
+    assert finished.tokens_between(0.0, 2.5) == 4 and finished.tokens_between(2.5, 9.0) == 4
+    assert ApiRequest(0.0, [1.0, 2.0]).tokens_between(1.5, 9.0) == 1  # cut off: one token a chunk
+    assert ApiRequest(0.0).tokens_between(0.0, 9.0) == 0

@@ -174,12 +174,18 @@ COMMANDS = [
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from voicepipe.bench.cli_bench import add_calls_arguments, add_engine_arguments, add_threads_arguments
+    from voicepipe.bench.cli_bench import (
+        add_calls_arguments,
+        add_engine_arguments,
+        add_mixed_arguments,
+        add_threads_arguments,
+    )
 
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
     benches = [
         (add_engine_arguments, "engine", "one LLM workload through static, fcfs, o4, hf_static, hf_cb"),
         (add_calls_arguments, "calls", "simulated callers over the websocket, o4 vs fcfs"),
+        (add_mixed_arguments, "mixed", "voice calls beside streams of /v1/chat/completions, o4 vs fcfs"),
         (add_threads_arguments, "threads", "thread-pool policies of torch, CTranslate2 and onnxruntime, each in a "
                                            "fresh process"),
     ]
@@ -190,9 +196,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from voicepipe.bench.cli_bench import run_calls_bench, run_engine_bench, run_threads_bench
+    from voicepipe.bench.cli_bench import run_calls_bench, run_engine_bench, run_mixed_bench, run_threads_bench
 
-    runs = {"engine": run_engine_bench, "calls": run_calls_bench, "threads": run_threads_bench}
+    runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
+            "threads": run_threads_bench}
     return runs[args.bench](args)
 
 

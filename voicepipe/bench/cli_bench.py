@@ -1,4 +1,5 @@
-"""The `voicepipe bench` command: `bench engine` (modes, roofline, knob sweep); `bench calls` (real calls)."""
+"""The `voicepipe bench` command: `bench engine` (modes, roofline, knob sweep); `bench calls` (real calls);
+`bench mixed` (calls beside API traffic)."""
 
 import argparse
 import json
@@ -34,6 +35,27 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=4, metavar="N", help="the most simultaneous callers to try")
     parser.add_argument("--turns", type=int, default=2, help="questions each caller asks")
+    parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
+    parser.add_argument("--deadline", type=float, metavar="S",
+                        help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    add_llm_model_arguments(parser)
+
+
+def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:
+    from voicepipe.bench.mixed import ApiLoad
+
+    d = ApiLoad()
+    parser.add_argument("--streams", type=int, default=d.streams, metavar="M",
+                        help=f"concurrent /v1/chat/completions streams (default {d.streams})")
+    parser.add_argument("--calls", type=int, default=2, metavar="K", help="simultaneous voice calls (default 2)")
+    parser.add_argument("--turns", type=int, default=10, help="questions each caller asks (default 10)")
+    parser.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens,
+                        help=f"tokens of each API prompt (default {d.prompt_tokens})")
+    parser.add_argument("--api-max-tokens", type=int, default=d.max_tokens,
+                        help=f"max_tokens of each API request (default {d.max_tokens})")
+    parser.add_argument("--alone", type=float, default=d.alone_s, metavar="S",
+                        help=f"seconds API throughput is measured without calls (default {d.alone_s:g})")
     parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
     parser.add_argument("--deadline", type=float, metavar="S",
                         help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
@@ -79,6 +101,22 @@ def run_calls_bench(args: argparse.Namespace) -> int:
                   f"{level['ttfa_p50_s']:.2f} s, p95 {level['ttfa_p95_s']:.2f} s, p99 {level['ttfa_p99_s']:.2f} s, "
                   f"on time {level['deadline_hit_rate']:.0%}, "
                   f"underruns {level['underruns']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def run_mixed_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from voicepipe.bench.mixed import ApiLoad, bench_mixed, print_mixed
+    from voicepipe.cli_models import engine_placement
+
+    load = ApiLoad(args.streams, args.prompt_tokens, args.api_max_tokens, args.alone)
+    report = asyncio.run(bench_mixed(load, args.calls, args.turns, args.policies.split(","), args.deadline,
+                                     args.llm_model, engine_placement(args)))
+    report["machine"] = machine()
+    print_mixed(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
