@@ -4,10 +4,10 @@ The scheduler knows nothing of audio: voice turns reach it as REALTIME requests 
 and TTS calls as device jobs.
 """
 
-from scheduler.config import EngineConfig
+from scheduler.config import KNOBS, EngineConfig
 from scheduler.engine import Engine
 from scheduler.kv_pool import PoolExhausted, SlabPool
 from scheduler.request import Output, RequestClass, SamplingParams, Sequence
 
-__all__ = ["Engine", "EngineConfig", "Output", "PoolExhausted", "RequestClass", "SamplingParams", "Sequence",
+__all__ = ["KNOBS", "Engine", "EngineConfig", "Output", "PoolExhausted", "RequestClass", "SamplingParams", "Sequence",
            "SlabPool"]

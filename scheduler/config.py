@@ -3,6 +3,8 @@
 from dataclasses import dataclass, replace
 from typing import Literal
 
+# The two knobs a running engine's users may turn, and the values they may take.
+KNOBS = {"max_batch_tokens": (1, 8192), "max_batch_seqs": (1, 1024)}
 Policy = Literal["o4", "fcfs", "static"]
 Precision = Literal["fp32", "bf16", "fp16", "int8"]
 Runner = Literal["lean", "transformers"]

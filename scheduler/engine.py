@@ -8,21 +8,18 @@ the loop through a thread-safe inbox and gets tokens back on its own event loop.
 """
 
 import asyncio
-import heapq
-import itertools
 import logging
-import math
 import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from scheduler.config import EngineConfig
+from scheduler.config import KNOBS, EngineConfig
 from scheduler.detokenizer import Detokenizer
+from scheduler.jobs import JobQueue, notify
 from scheduler.kv_pool import SlabPool
 from scheduler.metrics import Metrics
 from scheduler.planner import StepPlan, StepPlanner
@@ -31,27 +28,6 @@ from scheduler.runner import ModelRunner
 from scheduler.sampler import sample_rows
 
 log = logging.getLogger(__name__)
-KNOBS = {"max_batch_tokens": (1, 8192), "max_batch_seqs": (1, 1024)}
-
-
-def notify(loop: asyncio.AbstractEventLoop, fn: Callable, *args: Any) -> None:
-    """Hand a result to a caller's event loop; a caller whose loop has closed just stops listening."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:
-        log.debug("dropped a result for a closed event loop")
-
-
-@dataclass(order=True)
-class Job:
-    """A device call (an ASR pass, a TTS sentence) waiting for its turn on the engine loop."""
-
-    key: tuple
-    fn: Callable = field(compare=False)
-    kind: str = field(compare=False)
-    cls: RequestClass = field(compare=False)
-    arrival: float = field(compare=False)
-    done: Callable[[Any, BaseException | None], None] = field(compare=False)
 
 
 class Engine:
@@ -71,8 +47,7 @@ class Engine:
         eos = getattr(gen, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         self.requests: dict[str, Sequence] = {}
-        self.jobs: list[Job] = []
-        self._job_order = itertools.count()
+        self.jobs = JobQueue()
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -113,26 +88,16 @@ class Engine:
         while not self._inbox.empty():
             self._inbox.get()()
         now = time.monotonic()
-        job_first = self.jobs and (self.planner.idle or self.jobs[0].key[:2] <= self._model_key(now))
-        if job_first:
-            self._run_job(heapq.heappop(self.jobs))
+        # A job goes first when the model has nothing to do, or nothing more urgent; it wins a tie, since it
+        # unblocks audio.
+        if self.jobs and (self.planner.idle or self.jobs.first_key() <= self.planner.urgency(now)):
+            job = self.jobs.pop()
+            self.metrics.job_done(job.kind, job.run())
             return True
         if self.planner.idle:
             return False
         self._model_step(now)
         return True
-
-    def _model_key(self, now: float) -> tuple:
-        """The urgency of the model's pending work, comparable with a job's (tier, deadline) key.
-
-        Pressing decodes share the top tier with realtime jobs (a final ASR pass, the next TTS sentence):
-        between them the earlier deadline goes first, and a job wins a tie, since it unblocks audio.
-        """
-        seqs = self.planner.running + self.planner.waiting
-        pressing = [s.deadline for s in seqs if self.planner.pressing(s, now)]
-        if pressing:
-            return (-1, min(pressing))
-        return min((self.planner.effective_class(s, now), s.deadline or math.inf) for s in seqs)
 
     def _model_step(self, now: float) -> None:
         plan = self.planner.plan(now)
@@ -320,30 +285,9 @@ class Engine:
         """Run fn on the engine thread between model steps, in priority order; returns its result."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future = loop.create_future()
-
-        def done(result: Any, error: BaseException | None) -> None:
-            def settle() -> None:
-                if future.cancelled():
-                    return
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
-            notify(loop, settle)
-
-        tier = -1 if cls is RequestClass.REALTIME else int(cls)
-        job = Job((tier, deadline or math.inf, next(self._job_order)), fn, kind, cls, time.monotonic(), done)
-        self._call_in_loop(lambda: heapq.heappush(self.jobs, job))
+        job = self.jobs.make(fn, cls, deadline, kind, loop, future)
+        self._call_in_loop(lambda: self.jobs.push(job))
         return await future
-
-    def _run_job(self, job: Job) -> None:
-        t0 = time.monotonic()
-        try:
-            result, error = job.fn(), None
-        except Exception as exc:  # the caller gets the error; the loop goes on
-            result, error = None, exc
-        self.metrics.job_done(job.kind, time.monotonic() - t0)
-        job.done(result, error)
 
     # -- views -------------------------------------------------------------------------------------------
     def busy(self) -> bool:
@@ -358,19 +302,27 @@ class Engine:
     def check_pool(self) -> None:
         self.pool.check(self.live_tables())
 
-    def snapshot(self) -> dict:
-        """Plain data for the notebook and the web page (read from any thread; a view, not a lock)."""
-        pool, m = self.pool, self.metrics
+    def queue_counts(self) -> dict[str, dict[str, int]]:
+        """Requests waiting and running, by class (read from any thread; a view, not a lock)."""
         queues = {c.name: {"waiting": 0, "running": 0} for c in RequestClass}
         for state, seqs in (("waiting", list(self.planner.waiting)), ("running", list(self.planner.running))):
             for s in seqs:
                 queues[s.cls.name][state] += 1
-        for cls, states in queues.items():
+        return queues
+
+    def refresh_gauges(self) -> None:
+        """Set the queue and pool gauges to now, for a scrape of the metrics."""
+        for cls, states in self.queue_counts().items():
             for state, n in states.items():
-                m.queue_depth.labels(cls, state).set(n)
+                self.metrics.queue_depth.labels(cls, state).set(n)
+        self.metrics.kv_usage.set(self.pool.num_used / self.pool.num_pages)
+        self.metrics.kv_fragmentation.set(self.pool.fragmentation())
+
+    def snapshot(self) -> dict:
+        """Plain data for the notebook and the web page (read from any thread; a view, not a lock)."""
+        pool, m = self.pool, self.metrics
+        queues = self.queue_counts()
         usage = pool.num_used / pool.num_pages
-        m.kv_usage.set(usage)
-        m.kv_fragmentation.set(pool.fragmentation())
         return {
             "config": {"policy": self.config.policy, "max_batch_tokens": self.config.max_batch_tokens,
                        "max_batch_seqs": self.config.max_batch_seqs, "shard_tokens": self.config.shard_tokens,

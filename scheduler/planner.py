@@ -69,6 +69,16 @@ class StepPlanner:
         return (seq.cls is RequestClass.REALTIME and seq.deadline is not None
                 and seq.deadline - now <= self.config.pressing_window_s)
 
+    def urgency(self, now: float) -> tuple:
+        """The urgency of the pending model work, comparable with a job's (tier, deadline) key: pressing
+        decodes share the top tier (-1) with realtime jobs, and between them the earlier deadline goes
+        first; otherwise the most urgent sequence's class and deadline."""
+        seqs = self.running + self.waiting
+        pressing = [s.deadline for s in seqs if self.pressing(s, now)]
+        if pressing:
+            return (-1, min(pressing))
+        return min(((self.effective_class(s, now), s.deadline or math.inf) for s in seqs), default=(math.inf,))
+
     def effective_class(self, seq: Sequence, now: float) -> int:
         return max(0, int(seq.cls) - int((now - seq.arrival) / self.config.aging_s))
 

@@ -181,11 +181,14 @@ async def test_a_backend_without_batches_is_called_per_utterance():
 
 
 def test_the_runtime_shares_one_batcher_with_every_call():
+    from fakes import FakeEngine as ScriptedEngine
+    from fakes import FakeTokenizer
+
     from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
     from voicepipe.pipeline.asr_stage import ASRStage
     from voicepipe.runtime import Runtime
 
-    runtime = Runtime(FakeEngine(), None, EchoBatchASR(), SimpleNamespace(sample_rate=22050))
+    runtime = Runtime(ScriptedEngine(FakeTokenizer()), None, EchoBatchASR(), SimpleNamespace(sample_rate=22050))
     stages = [build_pipeline(runtime, f"call-{n}", CallConfig(), Conversation(""), lambda event: None).stages
               for n in range(2)]
     finals = {id(s.finals) for call in stages for s in call if isinstance(s, ASRStage)}

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.engine import KNOBS
+from scheduler import KNOBS
 from voicepipe import protocol
 from voicepipe.audio import to_float32
 from voicepipe.events import (

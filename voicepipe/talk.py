@@ -22,7 +22,6 @@ from typing import Any, TextIO
 import numpy as np
 import soxr
 
-from scheduler.engine import notify
 from voicepipe.limits import Limits
 from voicepipe.playback import PlaybackBuffer
 from voicepipe.protocol import ServerEvent
@@ -118,7 +117,10 @@ class LocalLine:
     def microphone(self, indata: np.ndarray, frames: int, time: Any, status: Any) -> None:
         pcm = self._from_mic(indata[:, 0].copy())
         if len(pcm):
-            notify(self._loop, self._incoming.put_nowait, pcm.astype("<i2", copy=False).tobytes())
+            try:
+                self._loop.call_soon_threadsafe(self._incoming.put_nowait, pcm.astype("<i2", copy=False).tobytes())
+            except RuntimeError:
+                pass  # the call's loop has closed: the microphone is no longer heard
 
     def speaker(self, outdata: np.ndarray, frames: int, time: Any, status: Any) -> None:
         self.playback.read_into(outdata[:, 0])

@@ -39,7 +39,7 @@ def build_app(server: "VoiceServer") -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        engine.snapshot()  # refreshes the queue and pool gauges
+        engine.refresh_gauges()
         return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.websocket("/ws")
