@@ -20,6 +20,10 @@ class EngineConfig:
     # as vLLM schedules by default) or "static" (fixed batches that wait for their longest member).
     policy: Policy = "o4"
     shard_tokens: int = 64
+    # While realtime requests are in flight, the prefill tokens a step may carry for other requests (o4):
+    # short steps keep a reply's decodes quick when long prompts wait (a waiting prompt that ages to the
+    # realtime class is no longer held back, so it cannot starve).
+    realtime_prefill_tokens: int = 32
     static_batch_size: int = 8
     # Model forward: "lean" (our own Llama-family modules, less host work per step; models it cannot compute
     # fall back) or "transformers" (transformers' own modules, the exactness reference).

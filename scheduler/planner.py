@@ -2,7 +2,9 @@
 
 Each step is packed under two budgets, `max_batch_tokens` and `max_batch_seqs`. Under the `o4` policy the
 order is: pressing realtime decodes, other running decodes, then prefill shards by (aged) class and
-deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. A realtime request
+deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. While realtime
+requests are in flight, other requests' prefill takes at most `realtime_prefill_tokens` of a step, so
+steps stay short and a reply's tokens come at decode speed however much other work waits. A realtime request
 is *pressing* when its deadline (the time its caller's buffered audio runs out, or its time-to-first-audio
 deadline) is within `pressing_window_s`. Waiting requests climb one class
 per `aging_s` they wait, so batch work never starves. When pages run out, lower-priority work is preempted
@@ -106,20 +108,32 @@ class StepPlanner:
             return self._plan_static()
         plan = StepPlan()
         tokens_left, seqs_left = self.config.max_batch_tokens, self.config.max_batch_seqs
+        background_left = self._background_budget()
         planned: set[int] = set()
         for seq in sorted(self.running + self.waiting, key=lambda s: self._priority(s, now)):
             if tokens_left <= 0 or seqs_left <= 0:
                 break
+            background = seq.remaining_prefill > 1 and self.effective_class(seq, now) > RequestClass.REALTIME
+            if background and background_left <= 0:
+                continue
             if seq in plan.preempted or (seq.status is Status.WAITING and not self._admit(seq)):
                 continue
-            n = self._chunk_size(seq, tokens_left)
+            n = self._chunk_size(seq, min(tokens_left, background_left) if background else tokens_left)
             if not self._grow(seq, n, plan, planned, now):
                 continue
             plan.chunks.append(Chunk(seq, seq.num_cached, n))
             planned.add(id(seq))
             tokens_left -= n
             seqs_left -= 1
+            if background:
+                background_left -= n
         return plan
+
+    def _background_budget(self) -> float:
+        """Prefill tokens a step may give to non-realtime work: all of them, unless (under `o4`) a
+        realtime request is in flight, whose next tokens would otherwise wait behind long steps."""
+        realtime = any(s.cls is RequestClass.REALTIME for s in self.running + self.waiting)
+        return self.config.realtime_prefill_tokens if realtime and self.config.policy == "o4" else math.inf
 
     def _chunk_size(self, seq: Sequence, tokens_left: int) -> int:
         """How many of seq's tokens this step carries: under `o4`, whole shards while the budget lasts.

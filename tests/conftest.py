@@ -46,7 +46,7 @@ def llm():
 @pytest.fixture(scope="session")
 def hf_llm(llm):
     """The transformers `generate` backend over the session's LLM."""
-    from voicepipe.stages.llm_hf import HFLLM
+    from voicepipe.backends.llm_hf import HFLLM
 
     return HFLLM(*llm)
 
@@ -54,7 +54,7 @@ def hf_llm(llm):
 @pytest.fixture(scope="session")
 def asr():
     """The embedded Whisper tiny.en."""
-    from voicepipe.stages.asr_whisper import WhisperASR
+    from voicepipe.backends.asr_whisper import WhisperASR
 
     return WhisperASR()
 
@@ -62,7 +62,7 @@ def asr():
 @pytest.fixture(scope="session")
 def tts():
     """The embedded Piper voice."""
-    from voicepipe.stages.tts_piper import PiperTTS
+    from voicepipe.backends.tts_piper import PiperTTS
 
     return PiperTTS()
 

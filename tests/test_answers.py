@@ -8,10 +8,10 @@ import pytest
 
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from voicepipe.audio import read_audio
-from voicepipe.cli_models import DEFAULT_PRECISION
+from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.cli.options import DEFAULT_PRECISION
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.pipeline import CallConfig
-from voicepipe.stages.base import chat_prompt_ids
 from voicepipe.turn import build_messages
 
 NUMBERS = {"three": "3", "seven": "7", "eight": "8", "24": "twenty-four", "32": "thirty-two", "60": "sixty",

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from voicepipe.audio import read_audio
+from voicepipe.backends import whisper_trimmed
+from voicepipe.backends.whisper_trimmed import compression_ratio, repeats
 from voicepipe.pipeline.asr_batch import ASRBatcher
-from voicepipe.stages import whisper_trimmed
-from voicepipe.stages.whisper_trimmed import compression_ratio, repeats
 
 LOOP = "I have never failed," + " ever failed," * 12
 

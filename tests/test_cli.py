@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from voicepipe.audio import read_audio
+from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.cli import build_parser, main
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.stages.base import chat_prompt_ids
 from voicepipe.turn import build_messages
 
 SAMPLE = Path(__file__).parent.parent / "voicepipe" / "samples" / "question.wav"

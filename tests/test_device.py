@@ -11,7 +11,7 @@ from scheduler.device import DeviceUnavailable, check_precision, place_model, re
 from scheduler.quantize import Int8Linear
 from voicepipe.bench.random_weights import random_llm
 from voicepipe.cli import main
-from voicepipe.cli_models import engine_placement
+from voicepipe.cli.options import engine_placement
 from voicepipe.models import ModelError
 
 

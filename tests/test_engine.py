@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams, Sequence
-from voicepipe.stages.base import chat_prompt_ids
+from voicepipe.backends.base import chat_prompt_ids
 
 QUESTIONS = [
     "What is the capital of France?", "Name three colors.", "What is 2+2?", "Tell me a joke.",

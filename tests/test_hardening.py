@@ -24,9 +24,9 @@ from websockets.exceptions import ConnectionClosed
 
 from voicepipe.audio import read_audio, to_pcm16
 from voicepipe.cli import build_parser
-from voicepipe.events import SpeechStarted, TranscriptFinal
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline.events import SpeechStarted, TranscriptFinal
 from voicepipe.pipeline.llm_stage import LLMStage
 from voicepipe.server import VoiceServer
 from voicepipe.server.settings import load_settings

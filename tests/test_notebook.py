@@ -7,6 +7,7 @@ Python without the project installed.
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -44,6 +45,23 @@ def test_stored_without_outputs() -> None:
     assert not outputs(nb)
     assert all(cell.get("execution_count") is None for cell in nb.cells if cell.cell_type == "code")
     assert "QUICK = False" in nb.cells[parameter_cell(nb)].source
+
+
+def test_each_section_says_what_to_look_for() -> None:
+    """Every numbered section has a markdown cell telling the reader what its output shows."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    sections: dict[str, list[str]] = {}
+    current = None
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        heading = next((line for line in cell.source.splitlines() if re.match(r"## \d+\.", line)), None)
+        current = heading or current
+        if current:
+            sections.setdefault(current, []).append(cell.source)
+    assert len(sections) == 6, list(sections)
+    missing = [name for name, texts in sections.items() if not any("What to look for" in t for t in texts)]
+    assert not missing, missing
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +108,13 @@ def test_turn_heard_and_answered(executed: nbformat.NotebookNode) -> None:
     answered = next(line for line in text.splitlines() if line.startswith("answered:"))
     assert "capital" in heard.lower() and "france" in heard.lower()
     assert answered.removeprefix("answered:").strip()
+
+
+def test_prompt_cut_into_shards_over_several_steps(executed: nbformat.NotebookNode) -> None:
+    """The shards figure draws what its title says: several shards, carried by more than one step."""
+    text = "".join(out.get("text", "") for out in outputs(executed) if out["output_type"] == "stream")
+    found = re.search(r"(\d+) prompt tokens, shard_tokens=(\d+).*: (\d+) shards in (\d+) steps", text)
+    assert found, "the shards cell should say how many shards and steps the prompt took"
+    tokens, shard, shards, steps = map(int, found.groups())
+    assert shards == -(-tokens // shard) and shards > 1
+    assert 1 < steps <= shards

@@ -10,7 +10,9 @@ import pytest
 from fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 
 from scheduler import RequestClass
-from voicepipe.events import (
+from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline.agreement import Agreement
+from voicepipe.pipeline.events import (
     ItemCreated,
     ResponseRequested,
     SpeechAudio,
@@ -22,8 +24,6 @@ from voicepipe.events import (
     TextDone,
     TruncateRequested,
 )
-from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
-from voicepipe.pipeline.agreement import Agreement
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.sentences import SentenceAggregator
 from voicepipe.pipeline.turn import Turn

@@ -143,3 +143,29 @@ def test_kept_session_prefixes_give_way_to_a_new_request():
     planner.add(newcomer)
     run_step(planner, 1.0)
     assert newcomer.status is Status.FINISHED and "call-1" not in planner.pool.pins
+
+
+def test_other_prefill_is_held_to_a_small_share_while_a_realtime_reply_is_in_flight():
+    planner = make_planner(max_batch_tokens=256, shard_tokens=64, realtime_prefill_tokens=32)
+    api = request(600, INTER, arrival=0.0, first_token=1000)
+    planner.add(api)
+    assert run_step(planner, 0.0).num_tokens == 256  # alone, the prompt takes the whole budget
+    reply = request(40, RT, max_tokens=5, deadline=10.0, arrival=0.1)
+    planner.add(reply)
+    plan = run_step(planner, 0.2)
+    assert {c.seq.cls for c in plan.chunks} == {RT, INTER}
+    assert sum(c.n for c in plan.chunks if c.seq is api) <= 32  # the reply's prompt goes whole, the other waits
+    while reply in planner.running:
+        plan = run_step(planner, 0.3)
+        assert sum(c.n for c in plan.chunks if c.seq is api) <= 32
+    assert sum(c.n for c in run_step(planner, 0.4).chunks if c.seq is api) > 32  # the reply is done: full steps
+
+
+def test_a_prompt_that_aged_into_the_realtime_class_is_no_longer_held_back():
+    planner = make_planner(max_batch_tokens=256, shard_tokens=64, realtime_prefill_tokens=32, aging_s=5.0)
+    api = request(600, INTER, arrival=0.0, first_token=1000)
+    reply = request(40, RT, max_tokens=200, deadline=100.0, arrival=0.0)
+    planner.add(api)
+    planner.add(reply)
+    assert sum(c.n for c in run_step(planner, 1.0).chunks if c.seq is api) <= 32
+    assert sum(c.n for c in run_step(planner, 6.0).chunks if c.seq is api) > 32  # waited 5 s: now a peer

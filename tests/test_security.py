@@ -11,9 +11,9 @@ import pytest_asyncio
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from voicepipe.events import SpeechAudio, SpeechStarted, SpeechStopped
 from voicepipe.pipeline import CallConfig
 from voicepipe.pipeline.asr_stage import MAX_PENDING_FINALS, ASRStage
+from voicepipe.pipeline.events import SpeechAudio, SpeechStarted, SpeechStopped
 from voicepipe.server import VoiceServer
 from voicepipe.server.security import KEY_SUBPROTOCOL, Security
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from voicepipe.audio import read_audio, resample, to_float32
-from voicepipe.stages.base import GenerationParams, chat_prompt_ids
+from voicepipe.backends.base import GenerationParams, chat_prompt_ids
 from voicepipe.turn import SentenceBuffer, build_messages
 
 QUESTION = "What is the capital of France?"

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from voicepipe.backends.tts_select import make_tts
 from voicepipe.models import ModelError
-from voicepipe.stages.tts_select import make_tts
 
 RATE = 16000
 TWO_SENTENCES = "Hello there. How are you today?"
@@ -147,7 +147,7 @@ def test_coqui_not_installed_says_how_to_install(tmp_path: Path, monkeypatch) ->
 
 
 def test_selection_by_name(tmp_path: Path) -> None:
-    from voicepipe.stages.tts_piper import PiperTTS
+    from voicepipe.backends.tts_piper import PiperTTS
 
     assert isinstance(make_tts(), PiperTTS)
     with pytest.raises(ModelError, match="Coqui model directory"):

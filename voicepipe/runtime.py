@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
-from voicepipe.stages.base import ASR, TTS, chat_prompt_ids
+from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
 
 if TYPE_CHECKING:
     from voicepipe.pipeline.asr_batch import ASRBatcher
@@ -33,9 +33,9 @@ class Runtime:
              tts: TTS | None = None, policy: str = "o4", config: EngineConfig | None = None
              ) -> "Runtime":
         """Load the models (the embedded defaults unless paths or a TTS stage are given); start the engine."""
+        from voicepipe.backends.asr_whisper import WhisperASR
+        from voicepipe.backends.tts_piper import PiperTTS
         from voicepipe.models import load_llm
-        from voicepipe.stages.asr_whisper import WhisperASR
-        from voicepipe.stages.tts_piper import PiperTTS
 
         model, tokenizer = load_llm(llm_model)
         return cls.start(model, tokenizer, WhisperASR(asr_model), tts or PiperTTS(), policy, config)

@@ -14,7 +14,9 @@ import numpy as np
 from scheduler import KNOBS
 from voicepipe import protocol
 from voicepipe.audio import to_float32
-from voicepipe.events import (
+from voicepipe.limits import Limits
+from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline.events import (
     AudioIn,
     CancelRequested,
     ClearRequested,
@@ -24,8 +26,6 @@ from voicepipe.events import (
     TruncateRequested,
     new_id,
 )
-from voicepipe.limits import Limits
-from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.turn_metrics import turn_metrics
 from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.runtime import Runtime

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from voicepipe.audio import read_audio
+from voicepipe.backends.base import ASR, LLM, TTS, GenerationParams
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.sentence_split import split_ready
-from voicepipe.stages.base import ASR, LLM, TTS, GenerationParams
 
 
 def build_messages(user_text: str, system_prompt: str = DEFAULT_INSTRUCTIONS) -> list[dict[str, str]]:

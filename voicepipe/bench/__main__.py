@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from voicepipe import threads
-from voicepipe.bench.cli_bench import add_engine_arguments, run_engine_bench
+from voicepipe.cli.bench import add_engine_arguments, run_engine_bench
 
 
 def main(argv: list[str] | None = None) -> int:

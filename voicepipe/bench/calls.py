@@ -111,9 +111,9 @@ def spoken_questions(tts) -> list[np.ndarray]:
 
 async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
                       llm_model=None, precision: str = "fp32") -> dict:
+    from voicepipe.backends.asr_whisper import WhisperASR
+    from voicepipe.backends.tts_piper import PiperTTS
     from voicepipe.models import load_llm
-    from voicepipe.stages.asr_whisper import WhisperASR
-    from voicepipe.stages.tts_piper import PiperTTS
 
     model, tokenizer = load_llm(llm_model)
     asr, tts = WhisperASR(), PiperTTS()

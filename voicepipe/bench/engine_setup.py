@@ -27,7 +27,7 @@ def add_engine_setup_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
     """EngineConfig fields from the options: device, precision, KV dtype and size, static batch size."""
-    from voicepipe.cli_models import engine_placement
+    from voicepipe.cli.options import engine_placement
 
     settings: dict[str, Any] = {**engine_placement(args), "kv_dtype": args.kv_dtype}
     kv_gib = args.kv_gib if args.kv_gib is not None else CUDA_KV_GIB if settings["device"] == "cuda" else None

@@ -15,26 +15,18 @@ import numpy as np
 import openai
 
 from scheduler import EngineConfig
+from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.bench.calls import TurnResult, caller, spoken_questions
 from voicepipe.bench.engine_modes import percentile
-from voicepipe.bench.workload import FILLER, TOPICS
+from voicepipe.bench.workload import FILLER, TOPICS, ApiLoad
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig
 from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
-from voicepipe.stages.base import chat_prompt_ids
 
 log = logging.getLogger(__name__)
 PROMPTS_PER_STREAM = 4
 ON_TIME_TARGET, API_RATIO_TARGET = 0.95, 0.80
-
-
-@dataclass(frozen=True, slots=True)
-class ApiLoad:
-    streams: int = 16
-    prompt_tokens: int = 600
-    max_tokens: int = 64
-    alone_s: float = 60.0  # how long API throughput is measured without calls
 
 
 @dataclass
@@ -160,9 +152,9 @@ async def run_policy(runtime: Runtime, load: ApiLoad, calls: int, turns: int, qu
 async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
                       llm_model=None, engine: dict | None = None) -> dict:
     """`engine`: EngineConfig fields (device, precision) shared by every policy."""
+    from voicepipe.backends.asr_whisper import WhisperASR
+    from voicepipe.backends.tts_piper import PiperTTS
     from voicepipe.models import load_llm
-    from voicepipe.stages.asr_whisper import WhisperASR
-    from voicepipe.stages.tts_piper import PiperTTS
 
     for client_log in ("httpx", "httpx2"):  # the SDK's HTTP client (one or the other) logs every request
         logging.getLogger(client_log).setLevel(logging.WARNING)

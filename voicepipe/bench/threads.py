@@ -33,10 +33,10 @@ def measure() -> dict:
 
     from scheduler import Engine, EngineConfig, SamplingParams, Sequence
     from voicepipe.audio import resample
+    from voicepipe.backends.asr_whisper import WhisperASR
+    from voicepipe.backends.base import chat_prompt_ids
+    from voicepipe.backends.tts_piper import PiperTTS
     from voicepipe.models import load_llm
-    from voicepipe.stages.asr_whisper import WhisperASR
-    from voicepipe.stages.base import chat_prompt_ids
-    from voicepipe.stages.tts_piper import PiperTTS
 
     model, tokenizer = load_llm()
     asr, tts = WhisperASR(), PiperTTS()

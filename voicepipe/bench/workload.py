@@ -3,7 +3,7 @@
 import random
 from dataclasses import dataclass
 
-from voicepipe.stages.base import chat_prompt_ids
+from voicepipe.backends.base import chat_prompt_ids
 
 TOPICS = ["the history of bridges", "how bees find flowers", "a trip to the mountains", "making bread at home",
           "the planets of the solar system", "learning to play the piano", "why leaves change colour",
@@ -59,3 +59,13 @@ class Workload:
                 clock += rng.expovariate(self.poisson_rate)
             items.append(WorkItem(prompt, rng.randint(*self.output_tokens), clock))
         return items
+
+
+@dataclass(frozen=True, slots=True)
+class ApiLoad:
+    """The text API traffic `bench mixed` runs beside the calls: streams of long-prompt chat completions."""
+
+    streams: int = 16
+    prompt_tokens: int = 600
+    max_tokens: int = 64
+    alone_s: float = 60.0  # how long API throughput is measured without calls

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scheduler import Engine, RequestClass
-from voicepipe.stages.base import ASR
+from voicepipe.backends.base import ASR
 
 MAX_BATCH = 8  # more utterances per job would hold the device longer than one realtime step should
 

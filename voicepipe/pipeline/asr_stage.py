@@ -9,7 +9,11 @@ import numpy as np
 
 from scheduler import Engine, RequestClass
 from voicepipe.audio import resample
-from voicepipe.events import (
+from voicepipe.backends.base import ASR
+from voicepipe.pipeline.agreement import Agreement
+from voicepipe.pipeline.asr_batch import ASRBatcher
+from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.events import (
     Error,
     Event,
     InputCleared,
@@ -21,11 +25,7 @@ from voicepipe.events import (
     TranscriptEarly,
     TranscriptFinal,
 )
-from voicepipe.pipeline.agreement import Agreement
-from voicepipe.pipeline.asr_batch import ASRBatcher
-from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.stage import Stage, device_call
-from voicepipe.stages.base import ASR
 from voicepipe.vad import SAMPLE_RATE
 
 MIN_PARTIAL_S = 0.5  # shorter audio gives Whisper too little to say anything stable

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from voicepipe.events import new_id
-from voicepipe.stages.base import chat_prompt_ids
+from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.pipeline.events import new_id
 
 
 class Conversation:

@@ -6,7 +6,10 @@ from contextlib import aclosing
 from typing import Any
 
 from scheduler import Engine, RequestClass, SamplingParams
-from voicepipe.events import (
+from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.events import (
     CancelRequested,
     Error,
     Event,
@@ -25,12 +28,9 @@ from voicepipe.events import (
     TurnConfirmed,
     new_id,
 )
-from voicepipe.pipeline.config import CallConfig
-from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
-from voicepipe.stages.base import chat_prompt_ids
 
 
 class LLMStage(Stage):

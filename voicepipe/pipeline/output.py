@@ -7,7 +7,8 @@ import numpy as np
 
 from scheduler import Engine
 from voicepipe import protocol
-from voicepipe.events import (
+from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.events import (
     AudioOut,
     CancelRequested,
     Error,
@@ -25,7 +26,6 @@ from voicepipe.events import (
     TurnConfirmed,
     TurnDone,
 )
-from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn

@@ -1,6 +1,6 @@
 """Sentence aggregation: the LLM's text deltas cut into pieces worth synthesizing."""
 
-from voicepipe.events import Event, ResponseCreated, Sentence, TextDelta, TextDone, TurnCancelled
+from voicepipe.pipeline.events import Event, ResponseCreated, Sentence, TextDelta, TextDone, TurnCancelled
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
 from voicepipe.sentence_split import speakable, split_ready

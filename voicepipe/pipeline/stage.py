@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from scheduler import Engine, RequestClass
-from voicepipe.events import Error, Event
+from voicepipe.pipeline.events import Error, Event
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -8,11 +8,20 @@ from functools import partial
 import numpy as np
 
 from scheduler import Engine, RequestClass
-from voicepipe.events import AudioOut, Error, Event, ResponseCreated, Sentence, TextDone, TurnCancelled, TurnDone
+from voicepipe.backends.base import TTS
+from voicepipe.pipeline.events import (
+    AudioOut,
+    Error,
+    Event,
+    ResponseCreated,
+    Sentence,
+    TextDone,
+    TurnCancelled,
+    TurnDone,
+)
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage, device_call
 from voicepipe.pipeline.turn import Turn
-from voicepipe.stages.base import TTS
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 import time
 
-from voicepipe.events import (
+from voicepipe.pipeline.events import (
     AudioIn,
     ClearRequested,
     CommitRequested,

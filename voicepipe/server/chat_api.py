@@ -17,8 +17,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler import RequestClass, SamplingParams
-from voicepipe.events import new_id
-from voicepipe.stages.base import chat_prompt_ids
+from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.pipeline.events import new_id
 
 if TYPE_CHECKING:
     from voicepipe.server.voice_server import VoiceServer

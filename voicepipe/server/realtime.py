@@ -17,7 +17,7 @@ import numpy as np
 import soxr
 
 from voicepipe import protocol
-from voicepipe.events import new_id
+from voicepipe.pipeline.events import new_id
 from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.runtime import Runtime
 from voicepipe.server.chat_api import model_name

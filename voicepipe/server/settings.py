@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from voicepipe.cli_models import DEVICES, POLICIES, PRECISIONS
+from voicepipe.backends.tts_select import TTS_CHOICES
+from voicepipe.cli.options import DEVICES, POLICIES, PRECISIONS
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.limits import Limits
 from voicepipe.server.listen import is_loopback
-from voicepipe.stages.tts_select import TTS_CHOICES
 
 if TYPE_CHECKING:  # the pipeline imports torch
     from voicepipe.pipeline import CallConfig
@@ -55,7 +55,7 @@ class ServeSettings:
     # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
     policy: str = "o4"
     llm_model: str | None = None
-    llm_precision: str | None = None  # None: the device's default (cli_models.default_precision)
+    llm_precision: str | None = None  # None: the device's default (scheduler.device.default_precision)
     device: str = "auto"
     asr_model: str | None = None
     tts: str = "piper"

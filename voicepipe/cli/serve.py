@@ -13,7 +13,7 @@ DEFAULTS = ServeSettings()
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from voicepipe.cli_models import add_runtime_arguments
+    from voicepipe.cli.options import add_runtime_arguments
 
     parser.add_argument("--config", metavar="FILE.toml",
                         help="settings file, keys named as the settings (also VOICEPIPE_CONFIG); flags and "
@@ -55,8 +55,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Read the settings and take the port (both fail in a second), load the models with a line per phase,
     then serve until interrupted or terminated."""
-    from voicepipe.cli import UsageError
-    from voicepipe.cli_models import load_runtime
+    from voicepipe.cli.command import UsageError
+    from voicepipe.cli.options import load_runtime
     from voicepipe.server import run_server
     from voicepipe.server.listen import bind_socket
 

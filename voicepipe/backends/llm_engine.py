@@ -1,9 +1,9 @@
-"""The LLM stage on the mini-O4 engine: the default backend, sharing the device with every other call."""
+"""The LLM backend on the mini-O4 engine: the default backend, sharing the device with every other call."""
 
 from collections.abc import AsyncIterator
 
 from scheduler import Engine, RequestClass, SamplingParams
-from voicepipe.stages.base import GenerationParams, chat_prompt_ids
+from voicepipe.backends.base import GenerationParams, chat_prompt_ids
 
 
 class EngineLLM:

@@ -3,7 +3,7 @@
 import argparse
 import asyncio
 
-from voicepipe.cli_models import add_runtime_arguments, load_runtime
+from voicepipe.cli.options import add_runtime_arguments, load_runtime
 
 
 def _device(text: str) -> int | str:

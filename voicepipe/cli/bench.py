@@ -10,7 +10,7 @@ from pathlib import Path
 
 from voicepipe.bench.engine_setup import add_engine_setup_arguments
 from voicepipe.bench.workload import Workload
-from voicepipe.cli_models import add_llm_model_arguments
+from voicepipe.cli.options import add_llm_model_arguments, add_verbose_argument
 
 log = logging.getLogger(__name__)
 MODES = ("static", "fcfs", "o4", "hf_static", "hf_cb")
@@ -43,7 +43,7 @@ def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:
-    from voicepipe.bench.mixed import ApiLoad
+    from voicepipe.bench.workload import ApiLoad
 
     d = ApiLoad()
     parser.add_argument("--streams", type=int, default=d.streams, metavar="M",
@@ -109,8 +109,9 @@ def run_calls_bench(args: argparse.Namespace) -> int:
 def run_mixed_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from voicepipe.bench.mixed import ApiLoad, bench_mixed, print_mixed
-    from voicepipe.cli_models import engine_placement
+    from voicepipe.bench.mixed import bench_mixed, print_mixed
+    from voicepipe.bench.workload import ApiLoad
+    from voicepipe.cli.options import engine_placement
 
     load = ApiLoad(args.streams, args.prompt_tokens, args.api_max_tokens, args.alone)
     report = asyncio.run(bench_mixed(load, args.calls, args.turns, args.policies.split(","), args.deadline,
@@ -266,3 +267,24 @@ def ratios_of(modes: dict) -> dict:
             out[f"o4_vs_{peer}_throughput"] = o4["throughput_tok_s"] / m["throughput_tok_s"]
             out[f"o4_vs_{peer}_latency_p99"] = o4["latency_p99_s"] / m["latency_p99_s"]
     return out
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
+    benches = [
+        (add_engine_arguments, "engine", "one LLM workload through static, fcfs, o4, hf_static, hf_cb"),
+        (add_calls_arguments, "calls", "simulated callers over the websocket, o4 vs fcfs"),
+        (add_mixed_arguments, "mixed", "voice calls beside streams of /v1/chat/completions, o4 vs fcfs"),
+        (add_threads_arguments, "threads", "thread-pool policies of torch, CTranslate2 and onnxruntime, each in a "
+                                           "fresh process"),
+    ]
+    for add_arguments, name, description in benches:
+        sub = which.add_parser(name, help=description)
+        add_verbose_argument(sub)
+        add_arguments(sub)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
+            "threads": run_threads_bench}
+    return runs[args.bench](args)

@@ -1,6 +1,6 @@
-"""The three stage interfaces, and the helpers every LLM backend shares.
+"""The three model interfaces, and the helpers every LLM backend shares.
 
-Stages are small on purpose: the pipeline only needs text out of audio, text deltas out of a chat, and
+The interfaces are small on purpose: the pipeline only needs text out of audio, text deltas out of a chat, and
 audio chunks out of text. ASR and TTS are synchronous because their device work runs as jobs on the
 engine's single device thread; the LLM is asynchronous because its tokens arrive over many engine steps.
 """

@@ -1,11 +1,20 @@
-"""The options of the commands that hold calls (`serve`, `talk`): the models and the scheduling policy."""
+"""The options the commands share, each declared once: the models and their device, the LLM's backend and
+sampling, the voice, the scheduling policy; and loading what they name."""
 
 import argparse
+import logging
 import sys
+import time
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the runtime's module imports torch: only import it when a command runs
+from voicepipe.instructions import DEFAULT_INSTRUCTIONS
+
+if TYPE_CHECKING:  # these import torch: only when a command runs
+    from voicepipe.backends.base import LLM, GenerationParams
     from voicepipe.runtime import Runtime
+
+log = logging.getLogger("voicepipe")
+DEFAULT_MAX_TOKENS = 128  # GenerationParams' default, spelled out: importing it pulls in numpy and the rest
 
 
 # Chosen by measurement (README, Performance): int8 weights decode about twice as fast on a CPU, at 0.5%
@@ -55,8 +64,7 @@ def engine_placement(args: argparse.Namespace) -> dict[str, str]:
 
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    from voicepipe.cli import add_tts_arguments  # here: cli imports the commands' modules
-
+    """Options of the commands that hold calls (`serve`, `talk`)."""
     parser.add_argument("--policy", choices=POLICIES, default="o4",
                         help="scheduling policy: o4 (deadline-aware, default) or fcfs (plain continuous batching)")
     parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
@@ -73,10 +81,10 @@ def load_runtime(args: argparse.Namespace) -> "Runtime":
     """Check the model paths and load the TTS first (a typo fails at once, not after the LLM's minutes of
     loading), then load the rest and start the engine."""
     from scheduler import EngineConfig
+    from voicepipe.backends.asr_whisper import WhisperASR
+    from voicepipe.backends.tts_select import make_tts
     from voicepipe.models import load_llm, resolve_asr, resolve_llm
     from voicepipe.runtime import Runtime
-    from voicepipe.stages.asr_whisper import WhisperASR
-    from voicepipe.stages.tts_select import make_tts
 
     resolve_llm(args.llm_model)
     resolve_asr(args.asr_model)
@@ -89,3 +97,49 @@ def load_runtime(args: argparse.Namespace) -> "Runtime":
     model, tokenizer = load_llm(args.llm_model)
     phase(f"starting the engine ({args.policy}, {placement['precision']} weights on {placement['device']})")
     return Runtime.start(model, tokenizer, asr, tts, policy=args.policy, config=EngineConfig(**placement))
+
+
+def add_tts_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of every command that speaks."""
+    from voicepipe.backends.tts_select import TTS_CHOICES
+
+    parser.add_argument("--tts", choices=TTS_CHOICES, default="piper", help="TTS engine (default: piper)")
+    parser.add_argument("--tts-model", "--tts-voice", dest="tts_model", metavar="PATH",
+                        help="Piper voice .onnx (its .onnx.json beside it) or Coqui model directory")
+
+
+def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of every command that asks the LLM."""
+    add_llm_model_arguments(parser)
+    parser.add_argument("--backend", choices=("engine", "hf"), default="engine",
+                        help="engine: mini-O4 (default); hf: transformers generate, the correctness oracle")
+    parser.add_argument("--system", default=DEFAULT_INSTRUCTIONS,
+                        help="system prompt; '' sends none (default: a concise spoken assistant)")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+
+
+def generation_params(args: argparse.Namespace) -> "GenerationParams":
+    """Sampling settings from the LLM options."""
+    from voicepipe.backends.base import GenerationParams
+
+    return GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p)
+
+
+def load_llm_backend(args: argparse.Namespace) -> "LLM":
+    """Load the LLM named by the options and wrap it in the chosen backend."""
+    from voicepipe.backends.llm_select import make_llm
+    from voicepipe.models import load_llm
+
+    started = time.perf_counter()
+    model, tokenizer = load_llm(args.llm_model)
+    log.info("LLM loaded in %.1f s", time.perf_counter() - started)
+    return make_llm(args.backend, model, tokenizer, args.llm_precision, args.device)
+
+
+def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+    """`-v` after a subcommand as well as before it: where it goes is the user's habit, not a rule to learn.
+    Not given, it leaves what the main parser found."""
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log progress to stderr")

@@ -14,7 +14,7 @@ import torch
 from transformers import AsyncTextIteratorStreamer, StoppingCriteria, StoppingCriteriaList
 
 from scheduler.detokenizer import StopScanner
-from voicepipe.stages.base import GenerationParams, chat_prompt_ids
+from voicepipe.backends.base import GenerationParams, chat_prompt_ids
 
 
 class _Cancelled(StoppingCriteria):

@@ -1,29 +1,29 @@
-"""Choosing the TTS stage by name, so the CLI and the server share one switch.
+"""Choosing the TTS backend by name, so the CLI and the server share one switch.
 
 Piper is the default and always installed; Coqui is an optional extra, imported only when chosen.
 """
 
 from pathlib import Path
 
-from voicepipe.stages.base import TTS
+from voicepipe.backends.base import TTS
 
 TTS_CHOICES = ("piper", "coqui")
 
 
 def make_tts(name: str = "piper", path: str | Path | None = None) -> TTS:
-    """Load the TTS stage `name` from `path`: a Piper voice (.onnx, or None for the embedded one), or a
+    """Load the TTS backend `name` from `path`: a Piper voice (.onnx, or None for the embedded one), or a
     Coqui model directory (required).
 
     Raises ValueError for an unknown name and `ModelError` for a missing or unusable model, including
     Coqui not being installed (the message then says how to install the coqui extra).
     """
     if name == "piper":
-        from voicepipe.stages.tts_piper import PiperTTS
+        from voicepipe.backends.tts_piper import PiperTTS
 
         return PiperTTS(path)
     if name == "coqui":
+        from voicepipe.backends.tts_coqui import CoquiTTS
         from voicepipe.models import ModelError
-        from voicepipe.stages.tts_coqui import CoquiTTS
 
         if path is None:
             raise ModelError("the coqui TTS has no embedded model: give a Coqui model directory (--tts-model DIR)")

@@ -1,6 +1,6 @@
 """Coqui TTS speech synthesis from a local model directory: a config.json beside a checkpoint.
 
-An optional stage: it needs the `coqui` extra, installed by `.ci/setup-coqui.sh` (which also makes
+An optional backend: it needs the `coqui` extra, installed by `.ci/setup-coqui.sh` (which also makes
 torchaudio import on a CPU-only torch). `TTS` is imported only when a model is loaded, so this module
 imports without the extra.
 
