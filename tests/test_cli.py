@@ -11,8 +11,7 @@ import pytest
 from voicepipe.audio import read_audio
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.cli import build_parser, main
-from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.turn import build_messages
+from voicepipe.instructions import DEFAULT_INSTRUCTIONS, build_messages
 
 SAMPLE = Path(__file__).parent.parent / "voicepipe" / "samples" / "question.wav"
 

@@ -4,7 +4,8 @@ import numpy as np
 
 from voicepipe.audio import read_audio, resample, to_float32
 from voicepipe.backends.base import GenerationParams, chat_prompt_ids
-from voicepipe.turn import SentenceBuffer, build_messages
+from voicepipe.instructions import build_messages
+from voicepipe.sentence_split import split_ready
 
 QUESTION = "What is the capital of France?"
 
@@ -63,8 +64,10 @@ async def test_stream_stops_before_a_stop_string(hf_llm):
     assert full.startswith(cut) and full[len(cut):].startswith("Paris")
 
 
-def test_sentence_buffer_releases_whole_sentences():
-    buffer = SentenceBuffer()
-    out = [s for d in ["Paris is", " the capital. It is", " big! Pi is 3.14", " or so"] for s in buffer.feed(d)]
+def test_streamed_text_is_released_in_whole_sentences():
+    out, rest = [], ""
+    for delta in ["Paris is", " the capital. It is", " big! Pi is 3.14", " or so"]:
+        done, rest = split_ready(rest + delta, clause_chars=None)
+        out += done
     assert out == ["Paris is the capital.", "It is big!"]
-    assert buffer.flush() == "Pi is 3.14 or so"
+    assert rest.strip() == "Pi is 3.14 or so"

@@ -9,3 +9,10 @@ in mangled Italian), and no system message at all 15. Short and plain suits a 13
 
 DEFAULT_INSTRUCTIONS = ("You are a helpful voice assistant. Your answers are spoken aloud, so keep them to one "
                         "or two short, plain sentences.")
+
+
+def build_messages(user_text: str, system_prompt: str = DEFAULT_INSTRUCTIONS) -> list[dict[str, str]]:
+    """The chat for one question. An empty system prompt sends no system message at all, so the prompt
+    is exactly the model's chat template over the user's words (with whatever default it supplies)."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*messages, {"role": "user", "content": user_text}]

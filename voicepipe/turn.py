@@ -1,54 +1,35 @@
-"""One whole spoken turn from a file: speech to text, text to answer, answer to speech, with timings.
+"""One whole spoken turn from a file, through the very pipeline a call uses: the recording is streamed
+into a session as a caller's microphone would be, and the reply's text, audio and timings are collected.
 
-The answer goes to TTS sentence by sentence as the LLM writes it, so the first audio is ready long
-before the answer is finished, as it would be for a caller.
+So `voicepipe turn` and the notebook measure what a caller gets, not a sequential imitation of it.
 """
 
 import asyncio
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from voicepipe.audio import read_audio
-from voicepipe.backends.base import ASR, LLM, TTS, GenerationParams
-from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.sentence_split import split_ready
+from voicepipe.audio import read_audio, to_pcm16
+from voicepipe.limits import Limits
+from voicepipe.pipeline import CallConfig
+from voicepipe.protocol import ServerEvent
+from voicepipe.runtime import Runtime
+from voicepipe.session import Session
+from voicepipe.transport import Disconnected
+from voicepipe.vad import SAMPLE_RATE
 
-
-def build_messages(user_text: str, system_prompt: str = DEFAULT_INSTRUCTIONS) -> list[dict[str, str]]:
-    """The chat for one question. An empty system prompt sends no system message at all, so the prompt
-    is exactly the model's chat template over the user's words (with whatever default it supplies)."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return [*messages, {"role": "user", "content": user_text}]
-
-
-class SentenceBuffer:
-    """Collects text deltas and releases whole sentences, the unit TTS speaks (cut as a call's are)."""
-
-    def __init__(self) -> None:
-        self._text = ""
-
-    def feed(self, delta: str) -> list[str]:
-        """Add a delta; return the sentences it completed."""
-        done, self._text = split_ready(self._text + delta, clause_chars=None)
-        return done
-
-    def flush(self) -> str:
-        """The unfinished last sentence, at the end of the answer."""
-        text, self._text = self._text.strip(), ""
-        return text
+FRAME = SAMPLE_RATE // 50  # 20 ms, as a microphone sends
+TRAILING_SILENCE_S = 2.0  # enough for the endpointer to hear the end of the question
 
 
 @dataclass
 class TurnResult:
     """What one turn heard, answered and said.
 
-    Timings are in seconds: `asr_s` is the ASR pass (file reading included); `llm_first_token_s` and
-    `llm_total_s` count from the LLM request; `tts_first_audio_s` and `total_s` count from the start of
-    the turn, which for a file is the end of the user's speech. Stages that did not run (nothing was
-    heard) have None.
+    Timings are seconds from the end of the question's speech: `asr_s` to its final transcript,
+    `tts_first_audio_s` to the first reply audio, `total_s` to the end of the reply; `llm_first_token_s`
+    and `llm_total_s` count from the LLM request. Stages that did not run (nothing was heard) are None.
     """
 
     transcript: str
@@ -58,47 +39,67 @@ class TurnResult:
     timings: dict[str, float | None]
 
 
-async def run_turn(wav_path: str | Path, asr: ASR, llm: LLM, tts: TTS, params: GenerationParams,
-                   system_prompt: str = DEFAULT_INSTRUCTIONS) -> TurnResult:
-    """Hear the question in `wav_path`, answer it and speak the answer."""
-    start = time.perf_counter()
-    transcript = asr.transcribe(read_audio(wav_path, asr.sample_rate))
-    llm_start = time.perf_counter()
-    timings: dict[str, float | None] = dict.fromkeys(
-        ("asr_s", "llm_first_token_s", "llm_total_s", "tts_first_audio_s", "total_s"))
-    timings["asr_s"] = llm_start - start
-    chunks: list[np.ndarray] = []
-    answer: list[str] = []
-    if transcript:
-        sentences: asyncio.Queue[str | None] = asyncio.Queue()
+class Recording:
+    """The session's transport for a turn: the file's audio in, then silence; events and audio collected."""
 
-        async def speak() -> None:
-            """Synthesize queued sentences off the event loop, so LLM deltas keep being timed."""
-            while (sentence := await sentences.get()) is not None:
-                pieces = iter(tts.synthesize(sentence))
-                while (chunk := await asyncio.to_thread(next, pieces, None)) is not None:
-                    if not chunks:
-                        timings["tts_first_audio_s"] = time.perf_counter() - start
-                    chunks.append(chunk)
+    def __init__(self, audio: np.ndarray) -> None:
+        pcm = to_pcm16(np.concatenate([audio, np.zeros(int(TRAILING_SILENCE_S * SAMPLE_RATE), np.float32)]))
+        self._frames = [pcm[i:i + FRAME].tobytes() for i in range(0, len(pcm), FRAME)]
+        self.events: list[dict] = []
+        self.audio: list[np.ndarray] = []
+        self.over = asyncio.Event()
 
-        speaker = asyncio.create_task(speak())
-        try:
-            buffer = SentenceBuffer()
-            async for delta in llm.stream(build_messages(transcript, system_prompt), params):
-                if timings["llm_first_token_s"] is None:
-                    timings["llm_first_token_s"] = time.perf_counter() - llm_start
-                answer.append(delta)
-                for sentence in buffer.feed(delta):
-                    sentences.put_nowait(sentence)
-            timings["llm_total_s"] = time.perf_counter() - llm_start
-            last = buffer.flush()
-            if last:
-                sentences.put_nowait(last)
-            sentences.put_nowait(None)
-            await speaker
-        finally:
-            speaker.cancel()
-    timings["total_s"] = time.perf_counter() - start
-    audio = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
-    return TurnResult(transcript, "".join(answer).strip(), audio.astype(np.int16, copy=False),
-                      tts.sample_rate, timings)
+    async def recv(self) -> bytes:
+        if self._frames:
+            await asyncio.sleep(0)  # let the pipeline run between frames
+            return self._frames.pop(0)
+        await self.over.wait()
+        raise Disconnected()
+
+    async def send(self, message: str | bytes) -> None:
+        import json
+
+        if isinstance(message, bytes):
+            self.audio.append(np.frombuffer(message, "<i2"))
+            return
+        event = json.loads(message)
+        self.events.append(event)
+        if event["type"] == ServerEvent.RESPONSE_DONE:
+            self.over.set()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.over.set()
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["type"] == kind]
+
+
+async def run_turn(runtime: Runtime, wav_path: str | Path, config: CallConfig | None = None,
+                   timeout_s: float = 600.0) -> TurnResult:
+    """Hear the question in `wav_path`, answer it and speak the answer, as one turn of a call."""
+    line = Recording(read_audio(wav_path, SAMPLE_RATE))
+    session = Session(line, runtime, Limits(), config or CallConfig())
+    try:
+        await asyncio.wait_for(session.run(), timeout_s)
+    except TimeoutError:
+        pass
+    heard = line.of(ServerEvent.TRANSCRIPT_COMPLETED)
+    answer = "".join(e["delta"] for e in line.of(ServerEvent.RESPONSE_TEXT_DELTA))
+    done = line.of(ServerEvent.RESPONSE_DONE)
+    audio = np.concatenate(line.audio) if line.audio else np.zeros(0, np.int16)
+    return TurnResult(" ".join(e["transcript"] for e in heard).strip(), answer.strip(), audio,
+                      runtime.tts.sample_rate, stage_timings(done[-1]["response"]["timings"] if done else {}))
+
+
+def stage_timings(timings: dict[str, float]) -> dict[str, float | None]:
+    """The turn's breakdown from the pipeline's own timings (seconds from the end of speech)."""
+    def at(stage: str) -> float | None:
+        return timings.get(f"{stage}_s")
+
+    def since_request(stage: str) -> float | None:
+        value, start = at(stage), at("reply_started")
+        return None if value is None or start is None else value - start
+
+    return {"asr_s": at("final_transcript"), "llm_first_token_s": since_request("first_token"),
+            "llm_total_s": since_request("text_done"), "tts_first_audio_s": at("first_audio"),
+            "total_s": at("done")}

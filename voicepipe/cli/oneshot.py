@@ -4,9 +4,21 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from voicepipe.cli.command import UsageError
-from voicepipe.cli.options import add_llm_arguments, add_tts_arguments, generation_params, load_llm_backend
+from voicepipe.cli.options import (
+    add_llm_arguments,
+    add_reply_arguments,
+    add_runtime_arguments,
+    add_tts_arguments,
+    generation_params,
+    load_llm_backend,
+    load_runtime,
+)
+
+if TYPE_CHECKING:
+    from voicepipe.turn import TurnResult
 
 
 def add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +63,7 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    from voicepipe.turn import build_messages
+    from voicepipe.instructions import build_messages
 
     llm = load_llm_backend(args)
 
@@ -69,23 +81,29 @@ def add_turn_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("input", metavar="IN.wav", help="the spoken question")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file for the reply")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
-    add_tts_arguments(parser)
-    add_llm_arguments(parser)
+    add_runtime_arguments(parser)
+    add_reply_arguments(parser)
 
 
 def run_turn_command(args: argparse.Namespace) -> int:
+    """One turn of a call, from a file: the server's pipeline on this machine's engine."""
     from voicepipe.audio import read_audio, write_wav
-    from voicepipe.backends.asr_whisper import WhisperASR
-    from voicepipe.backends.tts_select import make_tts
-    from voicepipe.models import resolve_asr, resolve_llm
+    from voicepipe.pipeline import CallConfig
     from voicepipe.turn import run_turn
+    from voicepipe.vad import SAMPLE_RATE
 
-    read_audio(args.input, WhisperASR.sample_rate)  # fail on bad input before minutes of loading
-    resolve_asr(args.asr_model)
-    resolve_llm(args.llm_model)
-    asr, tts, llm = WhisperASR(args.asr_model), make_tts(args.tts, args.tts_model), load_llm_backend(args)
-    result = asyncio.run(run_turn(args.input, asr, llm, tts, generation_params(args), args.system))
+    read_audio(args.input, SAMPLE_RATE)  # fail on bad input before minutes of loading
+    runtime = load_runtime(args)
+    config = CallConfig(instructions=args.system, max_tokens=args.max_tokens, temperature=args.temperature)
+
+    async def turn() -> "TurnResult":
+        try:
+            await runtime.warm_up()
+            return await run_turn(runtime, args.input, config)
+        finally:
+            runtime.close()
+
+    result = asyncio.run(turn())
     write_wav(args.output, result.audio, result.sample_rate)
     if args.json:
         print(json.dumps({"transcript": result.transcript, "answer": result.answer,

@@ -109,15 +109,20 @@ def add_tts_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_llm_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of every command that asks the LLM."""
+    """Options of `chat`: the LLM, its backend and its sampling."""
     add_llm_model_arguments(parser)
     parser.add_argument("--backend", choices=("engine", "hf"), default="engine",
                         help="engine: mini-O4 (default); hf: transformers generate, the correctness oracle")
+    add_reply_arguments(parser)
+    parser.add_argument("--top-p", type=float, default=1.0)
+
+
+def add_reply_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the assistant is told and how long and how freely it answers (`chat`, `turn`)."""
     parser.add_argument("--system", default=DEFAULT_INSTRUCTIONS,
                         help="system prompt; '' sends none (default: a concise spoken assistant)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
-    parser.add_argument("--top-p", type=float, default=1.0)
 
 
 def generation_params(args: argparse.Namespace) -> "GenerationParams":

@@ -182,5 +182,6 @@ class LLMStage(Stage):
                 if out.finished and (out.finish_reason or "").startswith("error"):
                     self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
         turn.llm_done = True
+        turn.mark("text_done")
         self.conversation.set_reply(turn.output_item_id, turn.text)
         self.emit(TextDone(turn))

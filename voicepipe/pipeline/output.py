@@ -162,6 +162,7 @@ class ClientOutput(Stage):
 
     async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:
         turn.finished = True
+        turn.mark("done")
         first_audio = turn.timings.get("first_audio")
         met: bool | None = None
         if first_audio is not None:
