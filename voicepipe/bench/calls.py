@@ -16,6 +16,7 @@ from voicepipe.audio import resample, to_pcm16
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig
+from voicepipe.protocol import ServerEvent
 from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
 
@@ -26,14 +27,16 @@ FRAME_S = 0.02
 
 
 @dataclass
-class TurnResult:
+class HeardTurn:
+    """One turn as a simulated caller heard it."""
+
     ttfa_s: float | None  # from the last spoken sample sent to the first reply audio received
     deadline_met: bool | None
     underruns: int
     timings: dict = field(default_factory=dict)
 
 
-async def caller(url: str, questions: list[np.ndarray], turns: int, offset_s: float) -> list[TurnResult]:
+async def caller(url: str, questions: list[np.ndarray], turns: int, offset_s: float) -> list[HeardTurn]:
     """One caller: speaks each question in real time, then streams silence until the reply is done."""
     await asyncio.sleep(offset_s)
     silence = bytes(int(16000 * FRAME_S) * 2)
@@ -61,11 +64,11 @@ async def caller(url: str, questions: list[np.ndarray], turns: int, offset_s: fl
                     first_audio = first_audio or time.monotonic()
                     continue
                 event = json.loads(message)
-                if event["type"] == "response.done":
+                if event["type"] == ServerEvent.RESPONSE_DONE:
                     done = event["response"]
-                elif event["type"] == "error":
+                elif event["type"] == ServerEvent.ERROR:
                     log.warning("caller got an error: %s", event["error"]["message"])
-            results.append(TurnResult(first_audio - spoken_end if first_audio else None, done.get("deadline_met"),
+            results.append(HeardTurn(first_audio - spoken_end if first_audio else None, done.get("deadline_met"),
                                       done.get("underruns", 0), done.get("timings", {})))
             await asyncio.sleep(1.0)  # a pause before the next question
     return results

@@ -16,7 +16,7 @@ import openai
 
 from scheduler import EngineConfig
 from voicepipe.backends.base import chat_prompt_ids
-from voicepipe.bench.calls import TurnResult, caller, spoken_questions
+from voicepipe.bench.calls import HeardTurn, caller, spoken_questions
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.workload import FILLER, TOPICS, ApiLoad
 from voicepipe.limits import Limits
@@ -85,7 +85,7 @@ def api_figures(requests: list[ApiRequest], start: float, end: float) -> dict:
             "requests_sent": sum(1 for r in requests if start <= r.sent < end), "window_s": end - start}
 
 
-def call_figures(results: list[TurnResult], deadline_s: float) -> dict:
+def call_figures(results: list[HeardTurn], deadline_s: float) -> dict:
     """A turn is on time when the server met its deadline and the caller heard audio within it too."""
     ttfas = [r.ttfa_s for r in results if r.ttfa_s is not None]
     on_time = sum(1 for r in results if r.deadline_met and r.ttfa_s is not None and r.ttfa_s <= deadline_s)
