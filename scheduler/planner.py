@@ -3,8 +3,9 @@
 Each step is packed under two budgets, `max_batch_tokens` and `max_batch_seqs`. Under the `o4` policy the
 order is: pressing realtime decodes, other running decodes, then prefill shards by (aged) class and
 deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. While realtime
-requests are in flight, other requests' prefill takes at most `realtime_prefill_tokens` of a step, so
-steps stay short and a reply's tokens come at decode speed however much other work waits. A realtime request
+requests are in flight, other requests' prefill takes at most `realtime_prefill_tokens` of a step, and
+while one is pressing, steps carry realtime work alone: a step's time grows with every sequence in it,
+so a reply about to miss its deadline gets the device's shortest steps. A realtime request
 is *pressing* when its deadline (the time its caller's buffered audio runs out, or its time-to-first-audio
 deadline) is within `pressing_window_s`. Waiting requests climb one class
 per `aging_s` they wait, so batch work never starves. When pages run out, lower-priority work is preempted
@@ -108,13 +109,15 @@ class StepPlanner:
             return self._plan_static()
         plan = StepPlan()
         tokens_left, seqs_left = self.config.max_batch_tokens, self.config.max_batch_seqs
-        background_left = self._background_budget()
+        background_left = self._background_budget(now)
         planned: set[int] = set()
         for seq in sorted(self.running + self.waiting, key=lambda s: self._priority(s, now)):
             if tokens_left <= 0 or seqs_left <= 0:
                 break
+            # While a reply is pressing, nothing but realtime work; otherwise other prompts take a share, and
+            # one that has waited long enough to age into the realtime class takes its full turn.
             background = seq.remaining_prefill > 1 and self.effective_class(seq, now) > RequestClass.REALTIME
-            if background and background_left <= 0:
+            if background_left < 0 and seq.cls > RequestClass.REALTIME or background and background_left <= 0:
                 continue
             if seq in plan.preempted or (seq.status is Status.WAITING and not self._admit(seq)):
                 continue
@@ -129,11 +132,16 @@ class StepPlanner:
                 background_left -= n
         return plan
 
-    def _background_budget(self) -> float:
+    def _background_budget(self, now: float) -> float:
         """Prefill tokens a step may give to non-realtime work: all of them, unless (under `o4`) a
-        realtime request is in flight, whose next tokens would otherwise wait behind long steps."""
-        realtime = any(s.cls is RequestClass.REALTIME for s in self.running + self.waiting)
-        return self.config.realtime_prefill_tokens if realtime and self.config.policy == "o4" else math.inf
+        realtime request is in flight, whose next tokens would otherwise wait behind long steps; -1 (no
+        non-realtime work at all, decodes included) while one is pressing."""
+        seqs = self.running + self.waiting
+        if self.config.policy != "o4" or not any(s.cls is RequestClass.REALTIME for s in seqs):
+            return math.inf
+        if any(self.pressing(s, now) for s in seqs):
+            return -1
+        return self.config.realtime_prefill_tokens
 
     def _chunk_size(self, seq: Sequence, tokens_left: int) -> int:
         """How many of seq's tokens this step carries: under `o4`, whole shards while the budget lasts.

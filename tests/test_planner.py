@@ -118,7 +118,7 @@ def test_only_realtime_decodes_may_use_the_reserve():
 
 def test_memory_pressure_preempts_lower_classes_never_a_pressing_call():
     planner = make_planner(slabs=1, per_slab=19, max_batch_tokens=512, shard_tokens=512, default_output_guess=0)
-    call = request(16 * 8 - 1, cls=RT, max_tokens=60, deadline=0.0)  # outgrows the free pages and the reserve
+    call = request(16 * 8 - 1, cls=RT, max_tokens=60, deadline=40.0)  # outgrows the free pages and the reserve
     background = request(16 * 8 - 1, cls=BATCH, max_tokens=40, first_token=5000)
     planner.add(call)
     planner.add(background)
@@ -169,3 +169,18 @@ def test_a_prompt_that_aged_into_the_realtime_class_is_no_longer_held_back():
     planner.add(reply)
     assert sum(c.n for c in run_step(planner, 1.0).chunks if c.seq is api) <= 32
     assert sum(c.n for c in run_step(planner, 6.0).chunks if c.seq is api) > 32  # waited 5 s: now a peer
+
+
+def test_a_pressing_reply_gets_steps_of_its_own():
+    planner = make_planner(max_batch_tokens=256, shard_tokens=64, pressing_window_s=0.6)
+    api = [request(40, INTER, max_tokens=50, arrival=0.0, first_token=1000 + 100 * i) for i in range(3)]
+    for seq in api:
+        planner.add(seq)
+    for _ in range(3):
+        run_step(planner, 0.0)  # the API requests are decoding
+    reply = request(20, RT, max_tokens=30, deadline=10.0, arrival=1.0)
+    planner.add(reply)
+    relaxed = run_step(planner, 1.0)  # its deadline is 9 s away: the others' decodes go along
+    assert {c.seq.cls for c in relaxed.chunks} == {RT, INTER}
+    pressing = run_step(planner, 9.6)  # 0.4 s before its deadline: alone
+    assert [c.seq for c in pressing.chunks] == [reply]
