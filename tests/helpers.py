@@ -125,10 +125,11 @@ async def calls_ended(server, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def http_get(server, path: str) -> tuple[int, dict[str, str], bytes]:
-    """A raw HTTP/1.1 GET, sending `path` exactly as given (no client-side normalisation of '..')."""
+async def http_get(server, path: str, host: str = "127.0.0.1", headers: str = "") -> tuple[int, dict[str, str], bytes]:
+    """A raw HTTP/1.1 GET, sending `path` and the Host header exactly as given (no client-side
+    normalisation of '..'); `headers` are more header lines, each ending in CRLF."""
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}\r\n".encode())
     await writer.drain()
     raw = await asyncio.wait_for(reader.read(), 30)
     writer.close()

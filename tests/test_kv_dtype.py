@@ -6,13 +6,11 @@ an fp8 cache equals attention over the dequantized cache; and the logits of a sm
 with fp8 KV stay within 0.1 of the logits' standard deviation of float32 KV's.
 """
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from interpreted import interpreted_outputs
 from test_kernels import make_case, random_lengths
 
 from kernels import paged_attention_reference, write_kv
@@ -198,15 +196,7 @@ def _interpreted_worker(out_path: str) -> None:
 
 @pytest.fixture(scope="module")
 def triton_fp8_outputs(tmp_path_factory) -> dict:
-    pytest.importorskip("triton", reason="triton cannot be imported; the Triton kernel is not tested")
-    out_path = tmp_path_factory.mktemp("triton-fp8") / "outputs.pt"
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, __file__, str(out_path)], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, f"interpreted kernel worker failed:\n{proc.stdout}\n{proc.stderr}"
-    return torch.load(out_path)
+    return interpreted_outputs(__file__, tmp_path_factory.mktemp("triton-fp8"))
 
 
 @pytest.mark.parametrize("kind", ["decode", "prefill", "mixed"])

@@ -8,6 +8,7 @@ import numpy as np
 import openai
 import pytest
 import pytest_asyncio
+from helpers import http_get
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -32,14 +33,9 @@ async def keyed(runtime):
 
 
 async def raw(server: VoiceServer, path: str, host: str, extra: str = "") -> tuple[int, bytes]:
-    """An HTTP/1.1 request with the Host header exactly as given; the status and body."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}\r\n".encode())
-    await writer.drain()
-    data = await asyncio.wait_for(reader.read(), 30)
-    writer.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body
+    """The status and body of a GET naming `host`."""
+    status, _, body = await http_get(server, path, host, extra)
+    return status, body
 
 
 async def opened(url: str, **kwargs) -> dict:

@@ -34,7 +34,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=4, metavar="N", help="the most simultaneous callers to try")
-    parser.add_argument("--turns", type=int, default=2, help="questions each caller asks")
+    add_caller_arguments(parser, turns=2)
+
+
+def add_caller_arguments(parser: argparse.ArgumentParser, turns: int) -> None:
+    """Options of the benches with simulated callers (`calls`, `mixed`)."""
+    parser.add_argument("--turns", type=int, default=turns, help=f"questions each caller asks (default {turns})")
     parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
     parser.add_argument("--deadline", type=float, metavar="S",
                         help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
@@ -49,18 +54,13 @@ def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=d.streams, metavar="M",
                         help=f"concurrent /v1/chat/completions streams (default {d.streams})")
     parser.add_argument("--calls", type=int, default=2, metavar="K", help="simultaneous voice calls (default 2)")
-    parser.add_argument("--turns", type=int, default=10, help="questions each caller asks (default 10)")
     parser.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens,
                         help=f"tokens of each API prompt (default {d.prompt_tokens})")
     parser.add_argument("--api-max-tokens", type=int, default=d.max_tokens,
                         help=f"max_tokens of each API request (default {d.max_tokens})")
     parser.add_argument("--alone", type=float, default=d.alone_s, metavar="S",
                         help=f"seconds API throughput is measured without calls (default {d.alone_s:g})")
-    parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
-    parser.add_argument("--deadline", type=float, metavar="S",
-                        help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    add_llm_model_arguments(parser)
+    add_caller_arguments(parser, turns=10)
 
 
 def add_threads_arguments(parser: argparse.ArgumentParser) -> None:
