@@ -48,6 +48,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                           help="the certificate's private key")
     parser.add_argument("--drain-seconds", dest="drain_s", type=flag_type("drain_s"), metavar="S",
                         help=f"after SIGTERM, how long running replies may take (default: {DEFAULTS.drain_s:g})")
+    cluster = parser.add_argument_group("replicas on Ray Serve (the cluster extra)")
+    cluster.add_argument("--replicas", type=flag_type("replicas"), metavar="N",
+                         help="serve N replicas, each with its own models and engine on one device, behind Ray "
+                              "Serve's proxy (default: 0, one process without Ray)")
+    cluster.add_argument("--ray-address", type=flag_type("ray_address"), metavar="ADDR",
+                         help="deploy on this Ray cluster (ray start --head prints it) instead of starting one "
+                              "on this machine")
     add_runtime_arguments(parser)
     parser.set_defaults(**dict.fromkeys(MODEL_FIELDS))  # not given: the settings fill them in
 
@@ -64,6 +71,10 @@ def run_serve(args: argparse.Namespace) -> int:
         settings = load_settings(args)
     except SettingsError as e:
         raise UsageError(str(e)) from None
+    if settings.replicas:
+        from voicepipe.cluster import run_cluster
+
+        return run_cluster(settings)
     sock = bind_socket(settings.host, settings.port)
     try:
         runtime = load_runtime(argparse.Namespace(**{**vars(args), **settings.model_options()}))

@@ -52,6 +52,8 @@ class ServeSettings:
     max_tokens: int = 96
     temperature: float = 0.0
     drain_s: float = 30.0  # after SIGTERM, how long running replies may take to finish
+    replicas: int = 0  # 0: one process; N: N replicas on Ray Serve (voicepipe.cluster)
+    ray_address: str | None = None  # an existing Ray cluster to deploy on; None: start one on this machine
     # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
     policy: str = "o4"
     llm_model: str | None = None
@@ -128,6 +130,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "host": _not_empty, "port": _port, "max_calls": _at_least_one, "ttfa_deadline": _positive,
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
+    "replicas": _not_negative, "ray_address": _not_empty,
     "policy": _one_of(POLICIES), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
 }
@@ -237,6 +240,10 @@ def check(settings: ServeSettings) -> None:
         raise SettingsError(
             f"host {settings.host} lets other machines connect: set an API key (--api-key or VOICEPIPE_API_KEY), "
             "or give --insecure to serve without one")
+    if settings.ray_address is not None and not settings.replicas:
+        raise SettingsError("--ray-address deploys replicas on a Ray cluster: give --replicas N as well")
+    if settings.replicas and (settings.ssl_certfile is not None):
+        raise SettingsError("HTTPS is not served with --replicas: terminate TLS in front of Ray Serve's proxy")
     if (settings.ssl_certfile is None) != (settings.ssl_keyfile is None):
         raise SettingsError("HTTPS needs both --ssl-certfile and --ssl-keyfile")
     for name in ("ssl_certfile", "ssl_keyfile"):
