@@ -12,6 +12,16 @@ from voicepipe import threads
 
 threads.configure()  # as the CLI does, before torch or CTranslate2 loads
 
+# Fixtures that load the real embedded models (`executed`: the walkthrough, run): a test using one is in the
+# slow lane, whatever its own time.
+MODEL_FIXTURES = {"llm", "hf_llm", "asr", "tts", "runtime", "server", "spoken_questions", "executed"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def speech_wav(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 
+@pytest.mark.slow
 def test_bench_calls_reports_turns_of_a_real_call(tmp_path):
     out = tmp_path / "calls.json"
     run = subprocess.run([sys.executable, "-m", "voicepipe", "bench", "calls", "--calls", "1", "--turns", "1",

@@ -54,6 +54,7 @@ def test_say_writes_speech(tmp_path, asr, words):
     assert {"good", "morning", "meeting", "starts", "soon"} <= heard
 
 
+@pytest.mark.slow
 def test_chat_prints_the_answer_alone(capsys):
     assert main(["chat", "What is the capital of France?", "--max-tokens", "32"]) == 0
     out = capsys.readouterr().out
@@ -98,6 +99,7 @@ def test_bad_input_exits_2_without_traceback_from_the_command(tmp_path):
     assert done.stderr.startswith("voicepipe: error: ") and done.stderr.count("\n") == 1, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("system", ["", "Answer in one short sentence."])
 def test_chat_on_the_engine_in_fp32_gives_the_same_answer_as_transformers_generate(system):
     question = ("chat", "Name a large animal that lives in the sea.", "--temperature", "0", "--max-tokens", "24",
