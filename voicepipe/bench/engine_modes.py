@@ -45,7 +45,7 @@ def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig) ->
     # A static batch keeps computing tokens for members that are done (padding, never shown): not counted.
     result = summarize(sum(min(len(s.output_ids), s.params.max_tokens) for s in seqs), makespan,
                        [s.first_token_at - s.arrival for s in seqs], [s.last_token_at - s.arrival for s in seqs])
-    result["steps"] = int(engine.metrics.steps._value.get())
+    result["steps"] = engine.metrics.steps_run
     result["preemptions"] = sum(s.preemptions for s in seqs)
     return result
 

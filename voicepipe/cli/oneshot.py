@@ -18,7 +18,7 @@ from voicepipe.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from voicepipe.turn import TurnResult
+    from voicepipe.recorded_turn import TurnResult
 
 
 def add_transcribe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,7 +89,7 @@ def run_turn_command(args: argparse.Namespace) -> int:
     """One turn of a call, from a file: the server's pipeline on this machine's engine."""
     from voicepipe.audio import read_audio, write_wav
     from voicepipe.pipeline import CallConfig
-    from voicepipe.turn import run_turn
+    from voicepipe.recorded_turn import run_turn
     from voicepipe.vad import SAMPLE_RATE
 
     read_audio(args.input, SAMPLE_RATE)  # fail on bad input before minutes of loading
