@@ -242,6 +242,8 @@ def check(settings: ServeSettings) -> None:
             "or give --insecure to serve without one")
     if settings.ray_address is not None and not settings.replicas:
         raise SettingsError("--ray-address deploys replicas on a Ray cluster: give --replicas N as well")
+    if settings.replicas and settings.port == 0:
+        raise SettingsError("--replicas needs a fixed --port: Ray Serve's proxy cannot pick a free one")
     if settings.replicas and (settings.ssl_certfile is not None):
         raise SettingsError("HTTPS is not served with --replicas: terminate TLS in front of Ray Serve's proxy")
     if (settings.ssl_certfile is None) != (settings.ssl_keyfile is None):
