@@ -166,3 +166,39 @@ async def test_realtime_text_turn_and_cancel(client):
         await conn.send({"type": "no.such.event"})
         error = await events_until(conn, "error", seen)
         assert error.error.code == "unknown_event"
+
+
+async def test_beta_clients_get_the_beta_names(server):
+    """A client that asks for the beta dialect reads its event names, and may send its session shape."""
+    import json
+
+    from websockets.asyncio.client import connect
+
+    url = f"ws://127.0.0.1:{server.port}/v1/realtime"
+    async with connect(url, additional_headers={"OpenAI-Beta": "realtime=v1"}, max_size=None) as ws:
+        kinds: list[str] = []
+
+        async def until(kind: str) -> dict:
+            async with asyncio.timeout(TIMEOUT_S):
+                while True:
+                    event = json.loads(await ws.recv())
+                    kinds.append(event["type"])
+                    if event["type"] == kind:
+                        return event
+
+        created = await until("session.created")
+        assert created["session"]["input_audio_format"] == "pcm16"
+        await ws.send(json.dumps({"type": "session.update", "session": {
+            "input_audio_format": "pcm16", "output_audio_format": "pcm16", "modalities": ["audio", "text"],
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 600}}}))
+        updated = await until("session.updated")
+        assert updated["session"]["turn_detection"]["silence_duration_ms"] == 600
+        await ws.send(json.dumps({"type": "session.update", "session": {"input_audio_format": "g711_ulaw"}}))
+        assert (await until("error"))["error"]["code"] == "unsupported_session"
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]}}))
+        await ws.send(json.dumps({"type": "response.create"}))
+        await until("response.done")
+    assert "conversation.item.created" in kinds and "conversation.item.added" not in kinds
+    assert "response.audio.delta" in kinds and "response.output_audio.delta" not in kinds
+    assert "response.audio_transcript.delta" in kinds

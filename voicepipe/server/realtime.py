@@ -158,11 +158,19 @@ class RealtimeDialect:
                 {"type": "response.content_part.added", **where, "part": part}]
 
     def _audio_done(self, response_id: str) -> list[dict]:
+        """The reply's audio ends: what the resampler still holds, then the done event."""
         response = self._responses.get(response_id)
         if response is None or response["audio_done"]:
             return []
         response["audio_done"] = True
-        return [{"type": "response.output_audio.done", **response["where"]}]
+        events = []
+        if self._speaker is not None:
+            tail = self._speaker.resample_chunk(np.zeros(0, np.int16), last=True).astype("<i2")
+            self._speaker = None
+            if len(tail):
+                events.append({"type": "response.output_audio.delta", **response["where"],
+                               "delta": base64.b64encode(tail.tobytes()).decode()})
+        return [*events, {"type": "response.output_audio.done", **response["where"]}]
 
     def _response_done(self, native: dict) -> list[dict]:
         response = self._responses.pop(native["id"], None)
