@@ -92,7 +92,10 @@ def load_runtime(args: argparse.Namespace) -> "Runtime":
     phase("loading the TTS voice")
     tts = make_tts(args.tts, args.tts_model)
     phase("loading Whisper")
-    asr = WhisperASR(args.asr_model)
+    # Whisper follows the LLM onto CUDA (CTranslate2, float16 there); Piper stays on the CPU, where
+    # onnxruntime's wheel from PyPI runs it.
+    asr = WhisperASR(args.asr_model, **({"device": "cuda", "compute_type": "float16"}
+                                        if placement["device"] == "cuda" else {}))
     phase("loading the LLM")
     model, tokenizer = load_llm(args.llm_model)
     phase(f"starting the engine ({args.policy}, {placement['precision']} weights on {placement['device']})")
