@@ -202,3 +202,28 @@ async def test_beta_clients_get_the_beta_names(server):
     assert "conversation.item.created" in kinds and "conversation.item.added" not in kinds
     assert "response.audio.delta" in kinds and "response.output_audio.delta" not in kinds
     assert "response.audio_transcript.delta" in kinds
+
+
+async def test_a_client_leaving_a_stream_aborts_its_request(client, runtime):
+    from helpers import settled
+
+    engine = runtime.engine
+
+    def generated() -> float:
+        return engine.metrics.registry.get_sample_value("voicepipe_generation_tokens_total",
+                                                        {"cls": "INTERACTIVE"}) or 0.0
+
+    before = generated()
+    stream = await client.chat.completions.create(
+        model="any", messages=[{"role": "user", "content": "Tell me about the history of Paris in detail."}],
+        max_tokens=200, temperature=0, stream=True)
+    chunks = 0
+    async for _ in stream:
+        chunks += 1
+        if chunks == 3:
+            break
+    await stream.close()
+    await settled(engine, timeout=60)  # waits for the abort: nothing is left running for nobody
+    engine.check_pool()
+    assert not engine.requests
+    assert generated() - before < 100, "the request ran on after its client left"
