@@ -20,9 +20,9 @@ class EngineConfig:
     # as vLLM schedules by default) or "static" (fixed batches that wait for their longest member).
     policy: Policy = "o4"
     shard_tokens: int = 64
-    # While realtime requests are in flight, the prefill tokens a step may carry for other requests (o4):
-    # short steps keep a reply's decodes quick when long prompts wait (a waiting prompt that ages to the
-    # realtime class is no longer held back, so it cannot starve).
+    # While a realtime request's deadline is within two pressing windows, the prefill tokens a step may
+    # carry for other requests (o4): short steps keep a reply's decodes quick when long prompts wait (a
+    # waiting prompt that ages to the realtime class is no longer held back, so it cannot starve).
     realtime_prefill_tokens: int = 32
     static_batch_size: int = 8
     # Model forward: "lean" (our own Llama-family modules, less host work per step; models it cannot compute
@@ -39,7 +39,7 @@ class EngineConfig:
     reserve_frac: float = 0.08
     compact_threshold: float = 0.15
     # A realtime request becomes pressing when its deadline is this close.
-    pressing_window_s: float = 0.6
+    pressing_window_s: float = 1.0
     # A waiting request climbs one class per aging_s of waiting (multi-level feedback queue).
     aging_s: float = 5.0
     # Output length predicted for admission before enough requests have finished to take a p95.

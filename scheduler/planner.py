@@ -2,10 +2,10 @@
 
 Each step is packed under two budgets, `max_batch_tokens` and `max_batch_seqs`. Under the `o4` policy the
 order is: pressing realtime decodes, other running decodes, then prefill shards by (aged) class and
-deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. While realtime
-requests are in flight, other requests' prefill takes at most `realtime_prefill_tokens` of a step, and
-while one is pressing, steps carry realtime work alone: a step's time grows with every sequence in it,
-so a reply about to miss its deadline gets the device's shortest steps. A realtime request
+deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. While a realtime
+request's deadline approaches, other requests' prefill takes at most `realtime_prefill_tokens` of a step,
+and while one is pressing, steps carry realtime work alone: a step's time grows with every sequence in
+it, so a reply about to miss its deadline gets the device's shortest steps. A realtime request
 is *pressing* when its deadline (the time its caller's buffered audio runs out, or its time-to-first-audio
 deadline) is within `pressing_window_s`. Waiting requests climb one class
 per `aging_s` they wait, so batch work never starves. When pages run out, lower-priority work is preempted
@@ -134,14 +134,16 @@ class StepPlanner:
 
     def _background_budget(self, now: float) -> float:
         """Prefill tokens a step may give to non-realtime work: all of them, unless (under `o4`) a
-        realtime request is in flight, whose next tokens would otherwise wait behind long steps; -1 (no
-        non-realtime work at all, decodes included) while one is pressing."""
-        seqs = self.running + self.waiting
-        if self.config.policy != "o4" or not any(s.cls is RequestClass.REALTIME for s in seqs):
+        realtime request's deadline approaches (within two pressing windows), whose next tokens would
+        otherwise wait behind long steps; -1 (no non-realtime work at all, decodes included) while one is
+        pressing. A reply whose caller has seconds of audio buffered slows nobody down."""
+        if self.config.policy != "o4":
             return math.inf
-        if any(self.pressing(s, now) for s in seqs):
+        slack = min((s.deadline - now for s in self.running + self.waiting
+                     if s.cls is RequestClass.REALTIME and s.deadline is not None), default=math.inf)
+        if slack <= self.config.pressing_window_s:
             return -1
-        return self.config.realtime_prefill_tokens
+        return self.config.realtime_prefill_tokens if slack <= 2 * self.config.pressing_window_s else math.inf
 
     def _chunk_size(self, seq: Sequence, tokens_left: int) -> int:
         """How many of seq's tokens this step carries: under `o4`, whole shards while the budget lasts.

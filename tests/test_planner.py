@@ -145,15 +145,19 @@ def test_kept_session_prefixes_give_way_to_a_new_request():
     assert newcomer.status is Status.FINISHED and "call-1" not in planner.pool.pins
 
 
-def test_other_prefill_is_held_to_a_small_share_while_a_realtime_reply_is_in_flight():
-    planner = make_planner(max_batch_tokens=256, shard_tokens=64, realtime_prefill_tokens=32)
-    api = request(600, INTER, arrival=0.0, first_token=1000)
+def test_other_prefill_is_held_to_a_small_share_while_a_realtime_deadline_approaches():
+    planner = make_planner(max_batch_tokens=256, shard_tokens=64, realtime_prefill_tokens=32, pressing_window_s=1.0)
+    api = request(900, INTER, arrival=0.0, first_token=1000)
     planner.add(api)
     assert run_step(planner, 0.0).num_tokens == 256  # alone, the prompt takes the whole budget
-    reply = request(40, RT, max_tokens=5, deadline=10.0, arrival=0.1)
+    relaxed = request(40, RT, max_tokens=5, deadline=20.0, arrival=0.1, first_token=3000)
+    planner.add(relaxed)
+    plan = run_step(planner, 0.1)  # 20 s of slack: a reply with audio buffered slows nobody down
+    assert sum(c.n for c in plan.chunks if c.seq is api) > 32
+    reply = request(40, RT, max_tokens=5, deadline=1.7, arrival=0.2)
     planner.add(reply)
-    plan = run_step(planner, 0.2)
-    assert {c.seq.cls for c in plan.chunks} == {RT, INTER}
+    plan = run_step(planner, 0.2)  # 1.5 s of slack: within two pressing windows, not pressing yet
+    assert reply in [c.seq for c in plan.chunks]
     assert sum(c.n for c in plan.chunks if c.seq is api) <= 32  # the reply's prompt goes whole, the other waits
     while reply in planner.running:
         plan = run_step(planner, 0.3)
@@ -162,12 +166,14 @@ def test_other_prefill_is_held_to_a_small_share_while_a_realtime_reply_is_in_fli
 
 
 def test_a_prompt_that_aged_into_the_realtime_class_is_no_longer_held_back():
-    planner = make_planner(max_batch_tokens=256, shard_tokens=64, realtime_prefill_tokens=32, aging_s=5.0)
+    planner = make_planner(max_batch_tokens=256, shard_tokens=64, realtime_prefill_tokens=32, aging_s=5.0,
+                           pressing_window_s=1.0)
     api = request(600, INTER, arrival=0.0, first_token=1000)
-    reply = request(40, RT, max_tokens=200, deadline=100.0, arrival=0.0)
+    reply = request(40, RT, max_tokens=200, deadline=2.5, arrival=0.0)
     planner.add(api)
     planner.add(reply)
     assert sum(c.n for c in run_step(planner, 1.0).chunks if c.seq is api) <= 32
+    reply.deadline = 7.5  # paced: the deadline keeps 1.5 s ahead
     assert sum(c.n for c in run_step(planner, 6.0).chunks if c.seq is api) > 32  # waited 5 s: now a peer
 
 
