@@ -24,6 +24,9 @@ class EngineConfig:
     # carry for other requests (o4): short steps keep a reply's decodes quick when long prompts wait (a
     # waiting prompt that ages to the realtime class is no longer held back, so it cannot starve).
     realtime_prefill_tokens: int = 32
+    # While calls are live (`Engine.open_session`), the prefill tokens a step may carry for other requests
+    # (o4): a turn's first work waits for the step in flight, so that step must be short.
+    live_prefill_tokens: int = 64
     static_batch_size: int = 8
     # Model forward: "lean" (our own Llama-family modules, less host work per step; models it cannot compute
     # fall back) or "transformers" (transformers' own modules, the exactness reference).

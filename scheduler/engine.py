@@ -261,8 +261,17 @@ class Engine:
 
         self._call_in_loop(move)
 
+    def open_session(self, session: str) -> None:
+        """A call began: while any is live, steps stay short enough for its next turn (see the planner)."""
+        self._call_in_loop(lambda: self.planner.live_sessions.add(session))
+
     def release_session(self, session: str) -> None:
-        self._call_in_loop(lambda: self.pool.unpin(session))
+        """A call ended: its kept conversation prefix may go."""
+        def release() -> None:
+            self.planner.live_sessions.discard(session)
+            self.pool.unpin(session)
+
+        self._call_in_loop(release)
 
     def update_config(self, **knobs: int) -> None:
         """Turn the knobs of the running engine; values are checked here, applied between steps."""

@@ -5,7 +5,9 @@ order is: pressing realtime decodes, other running decodes, then prefill shards 
 deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. While a realtime
 request's deadline approaches, other requests' prefill takes at most `realtime_prefill_tokens` of a step,
 and while one is pressing, steps carry realtime work alone: a step's time grows with every sequence in
-it, so a reply about to miss its deadline gets the device's shortest steps. A realtime request
+it, so a reply about to miss its deadline gets the device's shortest steps. While calls are live, other
+prefill takes at most `live_prefill_tokens` a step, so a turn that begins does not first wait out a long
+step. A realtime request
 is *pressing* when its deadline (the time its caller's buffered audio runs out, or its time-to-first-audio
 deadline) is within `pressing_window_s`. Waiting requests climb one class
 per `aging_s` they wait, so batch work never starves. When pages run out, lower-priority work is preempted
@@ -59,6 +61,7 @@ class StepPlanner:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.output_lengths: deque[int] = deque(maxlen=256)
+        self.live_sessions: set[str] = set()  # calls in progress, whose next turn may start at any moment
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -143,7 +146,10 @@ class StepPlanner:
                      if s.cls is RequestClass.REALTIME and s.deadline is not None), default=math.inf)
         if slack <= self.config.pressing_window_s:
             return -1
-        return self.config.realtime_prefill_tokens if slack <= 2 * self.config.pressing_window_s else math.inf
+        if slack <= 2 * self.config.pressing_window_s:
+            return self.config.realtime_prefill_tokens
+        # A turn may begin at any moment of a live call, and waits first for the step in flight.
+        return self.config.live_prefill_tokens if self.live_sessions else math.inf
 
     def _chunk_size(self, seq: Sequence, tokens_left: int) -> int:
         """How many of seq's tokens this step carries: under `o4`, whole shards while the budget lasts.

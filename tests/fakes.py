@@ -99,6 +99,9 @@ class FakeEngine:
     def busy(self) -> bool:
         return False
 
+    def open_session(self, session: str) -> None:
+        pass
+
     def release_session(self, session: str) -> None:
         pass
 

@@ -190,3 +190,14 @@ def test_a_pressing_reply_gets_steps_of_its_own():
     assert {c.seq.cls for c in relaxed.chunks} == {RT, INTER}
     pressing = run_step(planner, 9.6)  # 0.4 s before its deadline: alone
     assert [c.seq for c in pressing.chunks] == [reply]
+
+
+def test_steps_stay_short_while_calls_are_live():
+    planner = make_planner(max_batch_tokens=256, shard_tokens=64, live_prefill_tokens=64)
+    api = request(900, INTER, arrival=0.0, first_token=1000)
+    planner.add(api)
+    assert run_step(planner, 0.0).num_tokens == 256
+    planner.live_sessions.add("call-1")  # a call is open, between its turns
+    assert run_step(planner, 0.1).num_tokens == 64
+    planner.live_sessions.discard("call-1")
+    assert run_step(planner, 0.2).num_tokens == 256

@@ -71,6 +71,7 @@ class Session:
     # -- the call --------------------------------------------------------------------------------------------
     async def run(self) -> None:
         """Serve the call until the client leaves or idles out; always cleans up."""
+        self.runtime.engine.open_session(self.id)
         self.pipeline.start()
         stats = asyncio.create_task(self._send_stats())
         log.info("call %s started", self.id)
