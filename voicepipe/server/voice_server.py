@@ -5,6 +5,7 @@ import json
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
@@ -72,7 +73,7 @@ class VoiceServer:
         """Listen on `sock`, or on host:port. A server bound to loopback only answers loopback names."""
         sock = sock or bind_socket(host, port)
         if not is_loopback(sock.getsockname()[0]) and self.security.loopback_only:
-            self.security = Security(self.security.api_key, self.security.allow_origins, loopback_only=False)
+            self.security = replace(self.security, loopback_only=False)  # reachable under any name
         config = uvicorn.Config(
             self.app, log_level="warning", lifespan="off", http=DeadlineH11Protocol, ws="websockets-sansio",
             # No permessage-deflate: PCM barely compresses, and deflating it costs the cores the models need.
