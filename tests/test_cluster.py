@@ -114,6 +114,18 @@ def test_fleet_metrics_label_each_replica_and_sum_what_adds_up():
     assert 'voicepipe_kv_cache_usage_ratio{replica="all"}' not in page
 
 
+def test_a_choice_whose_request_was_never_routed_is_forgotten():
+    from voicepipe.cluster.router import CHOSEN_TTL_S, CallRouter
+
+    router = object.__new__(CallRouter)  # its state alone: no Ray cluster is needed to age a choice
+    router.initialize_state()
+    now = time.monotonic()
+    router.chosen = {"gone": ("replica-1", now - CHOSEN_TTL_S - 1), "fresh": ("replica-1", now)}
+    router.kinds = {"gone": "call", "fresh": "text"}
+    router._forget_stale_choices()
+    assert list(router.chosen) == ["fresh"] and list(router.kinds) == ["fresh"]
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def cluster(tmp_path_factory):
     port, log = free_port(), tmp_path_factory.mktemp("cluster") / "serve.log"

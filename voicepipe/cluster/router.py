@@ -19,6 +19,7 @@ with the shorter queue.
 
 import pickle
 import random
+import time
 from collections import OrderedDict, defaultdict
 from typing import Any
 
@@ -28,6 +29,7 @@ CALL_PATHS = ("/ws", "/v1/realtime")
 AFFINITY_SLACK = 2  # how much busier a session's replica may be before the session moves
 SESSIONS_KEPT = 10_000  # session -> replica entries, least recently used dropped first
 STATS_PERIOD_S = 1.0
+CHOSEN_TTL_S = 30.0  # a choice never routed (its request cancelled first) is forgotten after this
 
 
 def request_kind(request: PendingRequest | None) -> str:
@@ -48,7 +50,7 @@ class CallRouter(RequestRouter):
     def initialize_state(self, **kwargs: Any) -> None:
         self.calls: dict[ReplicaID, set[str]] = defaultdict(set)  # live calls placed by this proxy
         self.texts: dict[ReplicaID, set[str]] = defaultdict(set)  # text requests in flight
-        self.chosen: dict[str, ReplicaID] = {}  # chosen but not yet routed: seen by concurrent choices
+        self.chosen: dict[str, tuple[ReplicaID, float]] = {}  # chosen, not yet routed: seen by concurrent choices
         self.sessions: OrderedDict[str, ReplicaID] = OrderedDict()
         self.kinds: dict[str, str] = {}
 
@@ -56,6 +58,7 @@ class CallRouter(RequestRouter):
                               pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
         if not candidate_replicas:
             return []
+        self._forget_stale_choices()
         kind = request_kind(pending_request)
         count = self.live_calls if kind == "call" else self.load
         scores = {r.replica_id: count(r) for r in candidate_replicas}
@@ -65,8 +68,14 @@ class CallRouter(RequestRouter):
         if pending_request is not None:
             request_id = pending_request.metadata.internal_request_id
             self.kinds[request_id] = kind
-            self.chosen[request_id] = ranks[0][0].replica_id
+            self.chosen[request_id] = (ranks[0][0].replica_id, time.monotonic())
         return ranks
+
+    def _forget_stale_choices(self) -> None:
+        old = time.monotonic() - CHOSEN_TTL_S
+        for request_id in [rid for rid, (_, at) in self.chosen.items() if at < old]:
+            del self.chosen[request_id]
+            self.kinds.pop(request_id, None)
 
     def _keep_session(self, session: str, candidates: list[RunningReplica], scores: dict[ReplicaID, int],
                       ranks: list[list[RunningReplica]]) -> list[list[RunningReplica]]:
@@ -84,7 +93,7 @@ class CallRouter(RequestRouter):
         return self.live_calls(replica) + len(self.texts[replica.replica_id]) + self._chosen(replica, "text")
 
     def _chosen(self, replica: RunningReplica, kind: str) -> int:
-        return sum(1 for rid, r in self.chosen.items() if r == replica.replica_id and self.kinds.get(rid) == kind)
+        return sum(1 for rid, (r, _) in self.chosen.items() if r == replica.replica_id and self.kinds.get(rid) == kind)
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: ReplicaResult) -> None:
