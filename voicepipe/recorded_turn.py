@@ -5,6 +5,8 @@ So `voicepipe turn` and the notebook measure what a caller gets, not a sequentia
 """
 
 import asyncio
+import json
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +46,7 @@ class Recording:
 
     def __init__(self, audio: np.ndarray) -> None:
         pcm = to_pcm16(np.concatenate([audio, np.zeros(int(TRAILING_SILENCE_S * SAMPLE_RATE), np.float32)]))
-        self._frames = [pcm[i:i + FRAME].tobytes() for i in range(0, len(pcm), FRAME)]
+        self._frames = deque(pcm[i:i + FRAME].tobytes() for i in range(0, len(pcm), FRAME))
         self.events: list[dict] = []
         self.audio: list[np.ndarray] = []
         self.over = asyncio.Event()
@@ -52,13 +54,11 @@ class Recording:
     async def recv(self) -> bytes:
         if self._frames:
             await asyncio.sleep(0)  # let the pipeline run between frames
-            return self._frames.pop(0)
+            return self._frames.popleft()
         await self.over.wait()
         raise Disconnected()
 
     async def send(self, message: str | bytes) -> None:
-        import json
-
         if isinstance(message, bytes):
             self.audio.append(np.frombuffer(message, "<i2"))
             return

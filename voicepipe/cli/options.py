@@ -7,14 +7,13 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from voicepipe.backends.base import LLM, GenerationParams
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 
-if TYPE_CHECKING:  # these import torch: only when a command runs
-    from voicepipe.backends.base import LLM, GenerationParams
+if TYPE_CHECKING:  # it imports torch: only when a command runs
     from voicepipe.runtime import Runtime
 
 log = logging.getLogger("voicepipe")
-DEFAULT_MAX_TOKENS = 128  # GenerationParams' default, spelled out: importing it pulls in numpy and the rest
 
 
 # Chosen by measurement (README, Performance): int8 weights decode about twice as fast on a CPU, at 0.5%
@@ -124,18 +123,16 @@ def add_reply_arguments(parser: argparse.ArgumentParser) -> None:
     """What the assistant is told and how long and how freely it answers (`chat`, `turn`)."""
     parser.add_argument("--system", default=DEFAULT_INSTRUCTIONS,
                         help="system prompt; '' sends none (default: a concise spoken assistant)")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N")
+    parser.add_argument("--max-tokens", type=int, default=GenerationParams.max_tokens, metavar="N")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
 
 
-def generation_params(args: argparse.Namespace) -> "GenerationParams":
+def generation_params(args: argparse.Namespace) -> GenerationParams:
     """Sampling settings from the LLM options."""
-    from voicepipe.backends.base import GenerationParams
-
     return GenerationParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p)
 
 
-def load_llm_backend(args: argparse.Namespace) -> "LLM":
+def load_llm_backend(args: argparse.Namespace) -> LLM:
     """Load the LLM named by the options and wrap it in the chosen backend."""
     from voicepipe.backends.llm_select import make_llm
     from voicepipe.models import load_llm

@@ -20,7 +20,6 @@ from voicepipe.cluster.board import POST_EVERY_S
 from voicepipe.cluster.fleet_metrics import merge
 from voicepipe.cluster.fleet_status import FleetStatus
 from voicepipe.cluster.front import ReplicaFront
-from voicepipe.server.security import Security
 from voicepipe.server.settings import ServeSettings
 
 log = logging.getLogger(__name__)
@@ -38,9 +37,7 @@ class VoiceReplica:
         self.fleet = FleetStatus(settings.replicas)
         self.runtime = await asyncio.to_thread(load_runtime, argparse.Namespace(**settings.model_options()))
         await self.runtime.warm_up()
-        security = Security(settings.api_key, frozenset(o.rstrip("/") for o in settings.allow_origins),
-                            loopback_only=settings.loopback)
-        self.server = VoiceServer(self.runtime, settings.limits(), settings.call_config(), security)
+        self.server = VoiceServer(self.runtime, settings.limits(), settings.call_config(), settings.security())
         self.identity = CollectorRegistry()
         Gauge("voicepipe_replica_info", "This replica's process and machine (always 1)", ["pid", "host"],
               registry=self.identity).labels(str(os.getpid()), socket.gethostname()).set(1)

@@ -138,10 +138,11 @@ class ClientOutput(Stage):
         if self._audible is not None and self.pacing.buffered(now) > 0:
             await self._stop_audio(self._audible, now)
 
-    async def _stop_audio(self, turn: Turn, now: float) -> None:
-        """Cut the turn's audio off: the conversation keeps only the text the caller heard."""
+    async def _stop_audio(self, turn: Turn, now: float, heard: str | None = None) -> None:
+        """Cut the turn's audio off: the conversation keeps only the text the caller heard (by default,
+        what had played by `now`)."""
         turn.stop_audio(now)
-        self.conversation.truncate(turn.output_item_id, turn.played_text(now))
+        self.conversation.truncate(turn.output_item_id, turn.played_text(now) if heard is None else heard)
         if self._audible is turn:
             self._audible = None
             self.pacing.clear(now)
@@ -154,10 +155,7 @@ class ClientOutput(Stage):
         if turn is None:
             await self.send(protocol.error("item_not_found", f"no assistant item {event.item_id!r} to truncate"))
             return
-        if turn is self._audible:
-            await self._stop_audio(turn, now)
-        turn.stop_audio(now)
-        self.conversation.truncate(turn.output_item_id, turn.text_until(event.audio_end_ms / 1000))
+        await self._stop_audio(turn, now, turn.text_until(event.audio_end_ms / 1000))
         await self.send(protocol.item_truncated(event.item_id, event.audio_end_ms))
 
     async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:

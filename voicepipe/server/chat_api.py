@@ -159,9 +159,12 @@ class Completion:
                              "finish_reason": self.finish_reason, "logprobs": None}],
                 "usage": self.usage()}
 
-    def chunk(self, delta: dict, finish_reason: str | None = None) -> str:
+    def chunk(self, delta: dict | None, finish_reason: str | None = None, **extra: Any) -> str:
+        """One server-sent event; `delta` None: a chunk without choices (the usage at the end)."""
+        choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason,
+                                             "logprobs": None}]
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
+                "choices": choices, **extra}
         return f"data: {json.dumps(body)}\n\n"
 
     async def sse(self, stream: AsyncIterator, usage: bool) -> AsyncIterator[str]:
@@ -174,9 +177,7 @@ class Completion:
                     yield self.chunk({"content": out.text})
         yield self.chunk({}, self.finish_reason)
         if usage:
-            body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                    "model": self.model, "choices": [], "usage": self.usage()}
-            yield f"data: {json.dumps(body)}\n\n"
+            yield self.chunk(None, usage=self.usage())
         yield "data: [DONE]\n\n"
 
 

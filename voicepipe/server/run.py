@@ -7,7 +7,6 @@ import sys
 from typing import TYPE_CHECKING
 
 from voicepipe.runtime import Runtime
-from voicepipe.server.security import Security
 from voicepipe.server.voice_server import VoiceServer
 
 if TYPE_CHECKING:
@@ -26,9 +25,7 @@ async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.s
     finish, then the calls are closed and the engine stopped while this event loop still runs, so the
     aborts of their requests find a loop to report to.
     """
-    security = Security(settings.api_key, frozenset(o.rstrip("/") for o in settings.allow_origins),
-                        loopback_only=settings.loopback)
-    server = VoiceServer(runtime, settings.limits(), settings.call_config(), security)
+    server = VoiceServer(runtime, settings.limits(), settings.call_config(), settings.security())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

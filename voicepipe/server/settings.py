@@ -21,6 +21,7 @@ from voicepipe.cli.options import DEVICES, POLICIES, PRECISIONS
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.limits import Limits
 from voicepipe.server.listen import is_loopback
+from voicepipe.server.security import Security
 
 if TYPE_CHECKING:  # the pipeline imports torch
     from voicepipe.pipeline import CallConfig
@@ -71,6 +72,11 @@ class ServeSettings:
 
         return CallConfig(instructions=self.instructions, ttfa_s=self.ttfa_deadline, max_tokens=self.max_tokens,
                           temperature=self.temperature)
+
+    def security(self) -> Security:
+        """Who may use the server: the key, the other origins allowed, and (on a loopback bind) the check
+        of the Host header."""
+        return Security(self.api_key, frozenset(self.allow_origins), loopback_only=self.loopback)
 
     @property
     def loopback(self) -> bool:
