@@ -5,6 +5,18 @@ from typing import Literal
 
 # The two knobs a running engine's users may turn, and the values they may take.
 KNOBS = {"max_batch_tokens": (1, 8192), "max_batch_seqs": (1, 1024)}
+
+
+def check_knobs(knobs: dict) -> None:
+    """ValueError unless every name is a knob and every value an integer in its range."""
+    for name, value in knobs.items():
+        if name not in KNOBS:
+            raise ValueError(f"unknown knob {name!r}; knobs are {', '.join(KNOBS)}")
+        lo, hi = KNOBS[name]
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            raise ValueError(f"{name} must be an integer in [{lo}, {hi}]")
+
+
 Policy = Literal["o4", "fcfs", "static"]
 Precision = Literal["fp32", "bf16", "fp16", "int8"]
 Runner = Literal["lean", "transformers"]

@@ -1,29 +1,27 @@
-"""The engine loop: one thread owns the device and runs model steps and device jobs one at a time.
+"""The engine core: one owner of the device runs model steps and device jobs, one unit at a time.
 
-Why one thread: on a small machine several thread pools (torch, CTranslate2, onnxruntime) fighting for
-the same cores run 5-10x slower, and on a GPU one stream of work is what a scheduler can reason about.
-So ASR and TTS calls are not run beside the model: they are submitted as jobs with a class and a deadline
-and run between model steps, in priority order against the model's own work. The asyncio side talks to
-the loop through a thread-safe inbox and gets tokens back on its own event loop.
+Why one owner: on a small machine several thread pools (torch, CTranslate2, onnxruntime) fighting for the
+same cores run 5-10x slower, and on a GPU one stream of work is what a scheduler can reason about. So ASR
+and TTS calls are not run beside the model: they are submitted as typed jobs with a class and a deadline
+and run between model steps, in priority order against the model's own work.
+
+The core is synchronous and single-threaded, like nano-vllm's: commands go in between steps, and each step
+leaves its outputs (tokens and job results) in `outputs` for whoever drives it to take. Two drivers exist
+(`scheduler.client`): a thread beside the caller's event loop, and a process of its own.
 """
 
-import asyncio
 import logging
-import queue
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import torch
 
-from scheduler.config import KNOBS, EngineConfig
+from scheduler.config import EngineConfig, check_knobs
 from scheduler.detokenizer import Detokenizer
-from scheduler.jobs import JobQueue, notify
+from scheduler.jobs import Job, JobHandler, JobQueue, JobResult
 from scheduler.kv_pool import SlabPool
 from scheduler.metrics import Metrics
 from scheduler.planner import StepPlan, StepPlanner
-from scheduler.request import Output, RequestClass, SamplingParams, Sequence, Status
+from scheduler.request import Output, RequestClass, Sequence, Status
 from scheduler.runner import ModelRunner
 from scheduler.sampler import sample_rows
 
@@ -31,7 +29,8 @@ log = logging.getLogger(__name__)
 
 
 class Engine:
-    def __init__(self, model: torch.nn.Module, tokenizer, config: EngineConfig | None = None):
+    def __init__(self, model: torch.nn.Module, tokenizer, config: EngineConfig | None = None,
+                 jobs: dict[str, JobHandler] | None = None):
         self.config = config or EngineConfig()
         self.tokenizer = tokenizer
         self.runner = ModelRunner(model, self.config)
@@ -47,57 +46,46 @@ class Engine:
         eos = getattr(gen, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         self.requests: dict[str, Sequence] = {}
+        self.handlers: dict[str, JobHandler] = {"barrier": JobHandler(lambda: None), **(jobs or {})}
         self.jobs = JobQueue()
-        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
+        self.outputs: list[tuple[str, Output]] = []  # (request id, output) since the driver last took them
+        self.job_results: list[JobResult] = []
         self.force_compaction = False
 
-    # -- the loop ----------------------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is None:
-            self._stopping = False
-            self._thread = threading.Thread(target=self._loop, name="voicepipe-engine", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _loop(self) -> None:
-        while not self._stopping:
-            self._wake.wait(timeout=0.05)
-            self._wake.clear()
-            while not self._stopping and self.step():
-                pass
-
-    def _call_in_loop(self, fn: Callable[[], None]) -> None:
-        """Run fn on the engine thread between steps (right away when no loop thread is running)."""
-        if self._thread is None:
-            fn()
-        else:
-            self._inbox.put(fn)
-            self._wake.set()
-
+    # -- the step ----------------------------------------------------------------------------------------
     def step(self) -> bool:
         """Run the most urgent unit of device work: a job or a model step. False when there was none."""
-        while not self._inbox.empty():
-            self._inbox.get()()
         now = time.monotonic()
         # A job goes first when the model has nothing to do, or nothing more urgent; it wins a tie, since it
         # unblocks audio.
         if self.jobs and (self.planner.idle or self.jobs.first_key() <= self.planner.urgency(now)):
-            job = self.jobs.pop()
-            self.metrics.job_done(job.kind, job.run())
+            self._run_jobs()
             return True
         if self.planner.idle:
             return False
         self._model_step(now)
         return True
+
+    def take_outputs(self) -> tuple[list[tuple[str, Output]], list[JobResult]]:
+        """What the steps since the last call produced, for the driver to deliver."""
+        outputs, results = self.outputs, self.job_results
+        self.outputs, self.job_results = [], []
+        return outputs, results
+
+    def _run_jobs(self) -> None:
+        handler = self.handlers[self.jobs.first_kind()]
+        jobs = self.jobs.pop(handler.batch)
+        t0 = time.monotonic()
+        try:
+            values = handler.fn([j.args for j in jobs]) if handler.batch > 1 else [handler.fn(*jobs[0].args)]
+            errors = [None] * len(jobs)
+        except Exception as exc:  # the callers get the error; the engine goes on
+            log.warning("device job %s failed: %s", jobs[0].kind, exc)
+            values, errors = [None] * len(jobs), [f"{type(exc).__name__}: {exc}"] * len(jobs)
+        seconds = time.monotonic() - t0
+        self.metrics.job_done(jobs[0].kind, seconds)
+        self.job_results += [JobResult(j.job_id, j.kind, v, e, seconds) for j, v, e in zip(jobs, values, errors,
+                                                                                             strict=True)]
 
     def _model_step(self, now: float) -> None:
         plan = self.planner.plan(now)
@@ -107,12 +95,16 @@ class Engine:
             self._fail_stuck()
             return
         t0 = time.monotonic()
-        logits = self.runner.run(plan)
+        sampling = [c.seq for c in plan.chunks if c.samples]
+        try:
+            logits = self.runner.run(plan)
+            tokens = sample_rows(logits, [s.params for s in sampling], [len(s.output_ids) for s in sampling]) \
+                if sampling else []
+        except Exception as exc:  # a fault in one step (an OOM, a kernel bug) fails that step's requests only
+            self._fail_step(plan, exc)
+            return
         done = time.monotonic()
         self._record_step(plan, t0, done)
-        sampling = [c.seq for c in plan.chunks if c.samples]
-        tokens = sample_rows(logits, [s.params for s in sampling], [len(s.output_ids) for s in sampling]) \
-            if sampling else []
         for chunk in plan.chunks:
             seq = chunk.seq
             if seq.num_cached == 0 and chunk.start == 0 and seq.first_token_at is None:
@@ -121,6 +113,13 @@ class Engine:
         for seq, token in zip(sampling, tokens, strict=True):
             self._append_token(seq, token, done)
         self._maybe_compact()
+
+    def _fail_step(self, plan: StepPlan, exc: Exception) -> None:
+        log.exception("a model step failed; its %d requests fail with it", len(plan.chunks))
+        self.metrics.step_faults.inc()
+        for chunk in plan.chunks:
+            if chunk.seq.status is not Status.FINISHED:
+                self._finish(chunk.seq, f"error: the model step failed ({type(exc).__name__}: {exc})")
 
     def _fail_stuck(self) -> None:
         """Nothing fits even with everything else preempted: the pool is too small for a request."""
@@ -180,7 +179,7 @@ class Engine:
             reason = None
         if reason is not None:
             text += seq.detokenizer.flush()
-        self._emit(seq, Output(token, text))
+        self.outputs.append((seq.request_id, Output(token, text)))
         if reason is not None:
             self._finish(seq, reason)
 
@@ -189,164 +188,68 @@ class Engine:
         self.planner.finish(seq)
         self.requests.pop(seq.request_id, None)
         self.metrics.e2e.labels(seq.cls.name).observe(time.monotonic() - seq.arrival)
-        self._emit(seq, Output(None, "", True, reason))
+        self.outputs.append((seq.request_id, Output(None, "", True, reason)))
 
-    def _emit(self, seq: Sequence, out: Output) -> None:
-        if seq.outbox is not None:
-            loop, box = seq.outbox
-            notify(loop, box.put_nowait, out)
-
-    # -- requests in -------------------------------------------------------------------------------------
+    # -- commands (from the driver, between steps) -------------------------------------------------------
     def add_request(self, seq: Sequence) -> Sequence:
-        """Queue a request (thread-safe); its outputs go to seq.outbox if set."""
+        """Queue a request; its outputs appear in `outputs` under its id."""
         if not seq.prompt_ids:
             raise ValueError("empty prompt")
         if seq.params.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
-
         seq.detokenizer = Detokenizer(self.tokenizer, seq.params.stop)
-
-        def add() -> None:
-            self.requests[seq.request_id] = seq
-            self.planner.add(seq)
-
-        self._call_in_loop(add)
+        self.requests[seq.request_id] = seq
+        self.planner.add(seq)
         return seq
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams | None = None,
-                       cls: RequestClass = RequestClass.INTERACTIVE, deadline: float | None = None,
-                       session: str | None = None, request_id: str | None = None) -> AsyncIterator[Output]:
-        """Stream a request's outputs; leaving the loop early (or being cancelled) aborts it."""
-        seq = Sequence(list(prompt_ids), params or SamplingParams(), cls, deadline, session)
-        if request_id is not None:
-            seq.request_id = request_id
-        box: asyncio.Queue[Output] = asyncio.Queue()
-        seq.outbox = (asyncio.get_running_loop(), box)
-        self.add_request(seq)
-        finished = False
-        try:
-            while not finished:
-                out = await box.get()
-                finished = out.finished
-                yield out
-        finally:
-            if not finished:
-                self.abort(seq.request_id)
-
     def abort(self, request_id: str) -> None:
-        def drop() -> None:
-            seq = self.requests.pop(request_id, None)
-            if seq is not None:
-                seq.finish_reason = "abort"
-                self.planner.abort(seq)
-                self._emit(seq, Output(None, "", True, "abort"))
-
-        self._call_in_loop(drop)
+        seq = self.requests.pop(request_id, None)
+        if seq is not None:
+            seq.finish_reason = "abort"
+            self.planner.abort(seq)
+            self.outputs.append((request_id, Output(None, "", True, "abort")))
 
     def set_deadline(self, request_id: str, deadline: float | None) -> None:
         """Move a request's deadline, e.g. to when its caller's buffered audio will run out."""
-        def move() -> None:
-            if request_id in self.requests:
-                self.requests[request_id].deadline = deadline
-
-        self._call_in_loop(move)
+        if request_id in self.requests:
+            self.requests[request_id].deadline = deadline
 
     def promote(self, request_id: str, cls: RequestClass, deadline: float | None, session: str | None) -> None:
         """Raise a request's class, e.g. a speculative reply whose turn was confirmed; `session` pins its
         conversation prefix when it ends, as if it had been submitted that way."""
-        def move() -> None:
-            seq = self.requests.get(request_id)
-            if seq is not None:
-                seq.cls, seq.deadline, seq.session = cls, deadline, session
-
-        self._call_in_loop(move)
+        seq = self.requests.get(request_id)
+        if seq is not None:
+            seq.cls, seq.deadline, seq.session = cls, deadline, session
 
     def open_session(self, session: str) -> None:
         """A call began: while any is live, steps stay short enough for its next turn (see the planner)."""
-        self._call_in_loop(lambda: self.planner.live_sessions.add(session))
+        self.planner.live_sessions.add(session)
 
     def release_session(self, session: str) -> None:
         """A call ended: its kept conversation prefix may go."""
-        def release() -> None:
-            self.planner.live_sessions.discard(session)
-            self.pool.unpin(session)
-
-        self._call_in_loop(release)
+        self.planner.live_sessions.discard(session)
+        self.pool.unpin(session)
 
     def update_config(self, **knobs: int) -> None:
-        """Turn the knobs of the running engine; values are checked here, applied between steps."""
+        """Turn the knobs; all are checked before any is applied."""
+        check_knobs(knobs)
         for name, value in knobs.items():
-            if name not in KNOBS:
-                raise ValueError(f"unknown knob {name!r}; knobs are {', '.join(KNOBS)}")
-            lo, hi = KNOBS[name]
-            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-                raise ValueError(f"{name} must be an integer in [{lo}, {hi}]")
+            setattr(self.config, name, value)
 
-        def apply() -> None:
-            for name, value in knobs.items():
-                setattr(self.config, name, value)
+    def submit_job(self, job: Job) -> None:
+        if job.kind not in self.handlers:
+            self.job_results.append(JobResult(job.job_id, job.kind, error=f"no device job named {job.kind!r}"))
+        else:
+            self.jobs.push(job)
 
-        self._call_in_loop(apply)
-
-    # -- device jobs -------------------------------------------------------------------------------------
-    async def run_job(self, fn: Callable[[], Any], cls: RequestClass = RequestClass.INTERACTIVE,
-                      deadline: float | None = None, kind: str = "job") -> Any:
-        """Run fn on the engine thread between model steps, in priority order; returns its result."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
-        job = self.jobs.make(fn, cls, deadline, kind, loop, future)
-        self._call_in_loop(lambda: self.jobs.push(job))
-        return await future
+    def cancel_job(self, job_id: str) -> None:
+        self.jobs.cancel(job_id)
 
     # -- views -------------------------------------------------------------------------------------------
     def busy(self) -> bool:
-        """Jobs queued, or a realtime request in flight: optional work had better wait (a read from any
-        thread, not a lock)."""
+        """Jobs queued, or a realtime request in flight: optional work had better wait."""
         seqs = [*self.planner.running, *self.planner.waiting]
         return bool(self.jobs) or any(s.cls is RequestClass.REALTIME for s in seqs)
 
-    def live_tables(self) -> list[list[int]]:
-        return [s.pages for s in self.planner.running + self.planner.waiting]
-
     def check_pool(self) -> None:
-        self.pool.check(self.live_tables())
-
-    def queue_counts(self) -> dict[str, dict[str, int]]:
-        """Requests waiting and running, by class (read from any thread; a view, not a lock)."""
-        queues = {c.name: {"waiting": 0, "running": 0} for c in RequestClass}
-        for state, seqs in (("waiting", list(self.planner.waiting)), ("running", list(self.planner.running))):
-            for s in seqs:
-                queues[s.cls.name][state] += 1
-        return queues
-
-    def refresh_gauges(self) -> None:
-        """Set the queue and pool gauges to now, for a scrape of the metrics."""
-        for cls, states in self.queue_counts().items():
-            for state, n in states.items():
-                self.metrics.queue_depth.labels(cls, state).set(n)
-        self.metrics.kv_usage.set(self.pool.num_used / self.pool.num_pages)
-        self.metrics.kv_fragmentation.set(self.pool.fragmentation())
-
-    def snapshot(self) -> dict:
-        """Plain data for the notebook and the web page (read from any thread; a view, not a lock)."""
-        pool, m = self.pool, self.metrics
-        queues = self.queue_counts()
-        usage = pool.num_used / pool.num_pages
-        return {
-            "config": {"policy": self.config.policy, "max_batch_tokens": self.config.max_batch_tokens,
-                       "max_batch_seqs": self.config.max_batch_seqs, "shard_tokens": self.config.shard_tokens,
-                       "page_tokens": pool.page_tokens},
-            "queues": queues,
-            "tokens_per_s": m.tokens_per_second(),
-            "pool": {"pages": pool.num_pages, "slabs": pool.num_slabs, "pages_per_slab": pool.pages_per_slab,
-                     "used": pool.num_used, "free": pool.num_free, "cached": len(pool.lru),
-                     "pinned_sessions": len(pool.pins), "usage": usage,
-                     "fragmentation": pool.fragmentation(), "reserve": pool.reserve},
-            "steps": list(m.recent_steps)[-50:],
-        }
-
-    def page_map(self) -> list[str]:
-        """Each page's state, slab by slab: 'owned', 'cached' or 'free' (for drawing the pool)."""
-        free = {p for f in self.pool.free_lists for p in f}
-        return ["free" if p in free else "cached" if p in self.pool.lru else "owned"
-                for p in range(self.pool.num_pages)]
+        self.pool.check([s.pages for s in self.planner.running + self.planner.waiting])

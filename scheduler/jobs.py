@@ -1,13 +1,14 @@
-"""Device jobs: the ASR passes and TTS sentences that run on the engine thread between model steps.
+"""Device jobs: the ASR passes and TTS sentences that run in the engine between model steps.
 
-A job's key is (tier, deadline, arrival order): realtime jobs share the top tier (-1) with pressing
-decodes, so the engine can weigh a job against the model's own work with `StepPlanner.urgency`.
+A job is data, not a closure: a kind that names a handler registered with the engine, and its arguments.
+That is what lets a job cross into the engine process. A job's key is (tier, deadline, arrival order):
+realtime jobs share the top tier (-1) with pressing decodes, so the engine can weigh a job against the
+model's own work with `StepPlanner.urgency`. A handler may take jobs in batches: queued jobs of its kind
+then run together (several callers' final ASR passes in one encoder call).
 """
 
-import asyncio
 import heapq
 import itertools
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -16,72 +17,82 @@ from typing import Any
 
 from scheduler.request import RequestClass
 
-log = logging.getLogger(__name__)
+_job_ids = itertools.count()
 
 
-def notify(loop: asyncio.AbstractEventLoop, fn: Callable, *args: Any) -> None:
-    """Hand a result to a caller's event loop; a caller whose loop has closed just stops listening."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:
-        log.debug("dropped a result for a closed event loop")
+@dataclass(frozen=True)
+class JobHandler:
+    """What runs a kind of job. With `batch` > 1, `fn` takes a list of argument tuples and returns a list
+    of results, one each, and up to `batch` queued jobs of the kind run in one call."""
+
+    fn: Callable[..., Any]
+    batch: int = 1
 
 
 @dataclass(order=True)
 class Job:
-    """A device call waiting for its turn on the engine loop."""
+    """A device call waiting for its turn in the engine."""
 
     key: tuple
-    fn: Callable = field(compare=False)
+    job_id: str = field(compare=False)
     kind: str = field(compare=False)
+    args: tuple = field(compare=False)
     cls: RequestClass = field(compare=False)
-    arrival: float = field(compare=False)
-    done: Callable[[Any, BaseException | None], None] = field(compare=False)
+    arrival: float = field(compare=False, default_factory=time.monotonic)
 
-    def run(self) -> float:
-        """Call the job and hand its result (or error) back; returns the seconds it took."""
-        t0 = time.monotonic()
-        try:
-            result, error = self.fn(), None
-        except Exception as exc:  # the caller gets the error; the loop goes on
-            result, error = None, exc
-        seconds = time.monotonic() - t0
-        self.done(result, error)
-        return seconds
+
+def make_job(kind: str, args: tuple, cls: RequestClass = RequestClass.INTERACTIVE, deadline: float | None = None,
+             job_id: str | None = None) -> Job:
+    tier = -1 if cls is RequestClass.REALTIME else int(cls)
+    order = next(_job_ids)
+    return Job((tier, math.inf if deadline is None else deadline, order), job_id or f"job-{order}", kind,
+               tuple(args), cls)
+
+
+@dataclass(slots=True)
+class JobResult:
+    job_id: str
+    kind: str
+    value: Any = None
+    error: str | None = None  # the handler's exception, as one line: it crosses processes as text
+    seconds: float = 0.0
 
 
 class JobQueue:
-    """The jobs waiting, most urgent first (touched by the engine thread only)."""
+    """The jobs waiting, most urgent first (touched by the engine's own thread only)."""
 
     def __init__(self) -> None:
         self._heap: list[Job] = []
-        self._order = itertools.count()
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def make(self, fn: Callable[[], Any], cls: RequestClass, deadline: float | None, kind: str,
-             loop: asyncio.AbstractEventLoop, future: asyncio.Future) -> Job:
-        """A job whose result settles `future` on `loop` (unless the caller has stopped waiting)."""
-        def done(result: Any, error: BaseException | None) -> None:
-            def settle() -> None:
-                if future.cancelled():
-                    return
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
-            notify(loop, settle)
-
-        tier = -1 if cls is RequestClass.REALTIME else int(cls)
-        return Job((tier, deadline or math.inf, next(self._order)), fn, kind, cls, time.monotonic(), done)
-
     def push(self, job: Job) -> None:
         heapq.heappush(self._heap, job)
+
+    def cancel(self, job_id: str) -> None:
+        """Drop a job that has not started (its caller stopped waiting); unknown ids are ignored. The queue
+        holds a handful of jobs, so a scan is the cheap way."""
+        kept = [job for job in self._heap if job.job_id != job_id]
+        if len(kept) != len(self._heap):
+            self._heap = kept
+            heapq.heapify(kept)
+
+    def first_kind(self) -> str:
+        return self._heap[0].kind
 
     def first_key(self) -> tuple:
         """(tier, deadline) of the most urgent job."""
         return self._heap[0].key[:2]
 
-    def pop(self) -> Job:
-        return heapq.heappop(self._heap)
+    def pop(self, batch: int = 1) -> list[Job]:
+        """The most urgent job, with up to `batch` - 1 more of its kind in their own order."""
+        first = heapq.heappop(self._heap)
+        if batch <= 1:
+            return [first]
+        same = sorted(job for job in self._heap if job.kind == first.kind)[:batch - 1]
+        if same:
+            taken = {id(job) for job in same}
+            self._heap = [job for job in self._heap if id(job) not in taken]
+            heapq.heapify(self._heap)
+        return [first, *same]

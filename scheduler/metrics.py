@@ -39,6 +39,8 @@ class Metrics:
         self.kv_usage = Gauge("voicepipe_kv_cache_usage_ratio", "Share of KV pages in use", registry=r)
         self.kv_fragmentation = Gauge("voicepipe_kv_fragmentation_ratio",
                                       "Free pages stranded in partly used slabs over all free pages", registry=r)
+        self.step_faults = Counter("voicepipe_step_faults", "Model steps that raised (their requests failed)",
+                                   registry=r)
         self.compactions = Counter("voicepipe_kv_compactions", "Compactions run", registry=r)
         self.recent_steps: deque[dict] = deque(maxlen=200)
         self.steps_run = 0

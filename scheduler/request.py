@@ -1,6 +1,5 @@
 """Requests, their classes and sampling settings, and the per-sequence state the scheduler moves."""
 
-import asyncio
 import enum
 import itertools
 import time
@@ -71,7 +70,6 @@ class Sequence:
     last_token_at: float | None = None
     detokenizer: Detokenizer | None = None  # made by the engine when the request is added
     page_keys: list[tuple] = field(default_factory=list)  # prefix-cache keys of its full pages so far
-    outbox: tuple[asyncio.AbstractEventLoop, asyncio.Queue] | None = None
 
     @property
     def text(self) -> str:

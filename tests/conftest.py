@@ -85,7 +85,7 @@ async def runtime(llm, asr, tts):
     runtime = Runtime.start(*llm, asr, tts)
     await runtime.warm_up()
     yield runtime
-    runtime.close()
+    await runtime.close()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -1,6 +1,7 @@
 """Stand-ins for the models and the engine, for unit tests of the pipeline that run in milliseconds.
 
-`FakeEngine` runs device jobs inline and answers LLM requests with scripted replies, a word per token;
+`FakeEngine` runs device jobs inline (through the real job handlers, over fake models) and answers LLM
+requests with scripted replies, a word per token;
 the fake tokenizer keeps the chat behind each prompt so the engine can tell which question it was asked.
 They implement only what the pipeline calls, and record it, so tests can assert on what was asked of
 the device.
@@ -14,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from scheduler import RequestClass, SamplingParams
-from scheduler.metrics import Metrics
 from scheduler.request import Output
+from voicepipe.loading import device_jobs
 
 
 class FakeTokenizer:
@@ -55,9 +56,10 @@ class FakeEngine:
     (set by default: replies stream as fast as the event loop runs)."""
 
     def __init__(self, tokenizer: FakeTokenizer, replies: dict[str, str] | None = None,
-                 default_reply: str = "Yes.") -> None:
+                 default_reply: str = "Yes.", asr: "FakeASR | None" = None, tts: "FakeTTS | None" = None) -> None:
         self.tokenizer, self.replies, self.default_reply = tokenizer, replies or {}, default_reply
-        self.metrics = Metrics()
+        self.handlers = device_jobs(asr or FakeASR(""), tts or FakeTTS())
+        self.alive = True
         self.requests: list[Request] = []
         self.jobs: list[tuple[str, RequestClass]] = []
         self.promoted: list[tuple[str, RequestClass]] = []
@@ -84,10 +86,17 @@ class FakeEngine:
         finally:
             request.closed = True
 
-    async def run_job(self, fn: Callable[[], Any], cls: RequestClass = RequestClass.INTERACTIVE,
-                      deadline: float | None = None, kind: str = "job") -> Any:
+    async def run_job(self, kind: str, *args: Any, cls: RequestClass = RequestClass.INTERACTIVE,
+                      deadline: float | None = None) -> Any:
         self.jobs.append((kind, cls))
-        return fn()
+        handler = self.handlers[kind]
+        return handler.fn([args])[0] if handler.batch > 1 else handler.fn(*args)
+
+    def mean_job_seconds(self, kinds: tuple[str, ...]) -> float:
+        return 0.0
+
+    def watch(self, callback: Callable[[bool], None]) -> None:
+        pass
 
     def set_deadline(self, request_id: str, deadline: float) -> None:
         if any(r.request_id == request_id for r in self.requests):

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from voicepipe.pipeline.asr_batch import ASRBatcher
 
 from voicepipe.audio import read_audio
 from voicepipe.backends import whisper_trimmed
 from voicepipe.backends.whisper_trimmed import compression_ratio, repeats
-from voicepipe.pipeline.asr_batch import ASRBatcher
 
 LOOP = "I have never failed," + " ever failed," * 12
 

@@ -56,12 +56,12 @@ class Call:
 
     def __init__(self, reply: str = REPLY, **config) -> None:
         self.tokenizer = FakeTokenizer()
-        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply})
         self.asr = FakeASR(QUESTION)
+        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply}, self.asr, FakeTTS())
         self.config = CallConfig(instructions="Be brief.", **config)
         self.conversation = Conversation(self.config.instructions)
         self.client = Client()
-        runtime = Runtime(self.engine, self.tokenizer, self.asr, FakeTTS())
+        runtime = Runtime(self.engine, self.tokenizer, "fake", self.asr.sample_rate, FakeTTS.sample_rate)
         self.pipeline = build_pipeline(runtime, "call", self.config, self.conversation, self.client.send)
         self.pipeline.start()
 

@@ -64,10 +64,11 @@ def question_wav(tmp_path_factory) -> Path:
 def server():
     """The voice server in this process, on a free loopback port, with the default models; its event loop
     runs in a background thread, so the test can also look at the engine itself."""
+    from voicepipe.loading import ModelOptions
     from voicepipe.runtime import Runtime
     from voicepipe.server import VoiceServer
 
-    runtime = Runtime.load()
+    runtime = Runtime.load(ModelOptions())
     loop = asyncio.new_event_loop()
     started = threading.Event()
     box: dict = {}
@@ -100,11 +101,11 @@ def server():
     finally:
         if "server" in box:
             asyncio.run_coroutine_threadsafe(box["server"].close(), loop).result(30)
+        asyncio.run_coroutine_threadsafe(runtime.close(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         if not loop.is_running():
             loop.close()
-        runtime.close()
 
 
 @pytest.fixture(scope="module")

@@ -122,6 +122,19 @@ def load_llm(path: str | Path | None = None) -> tuple[Any, Any]:
     return _load_checkpoint(checkpoint)
 
 
+def load_tokenizer(path: str | Path | None = None) -> Any:
+    """The LLM's tokenizer alone (what a server needs beside an engine process that holds the model); a GGUF
+    is converted on first use, as `load_llm` would."""
+    from transformers import AutoTokenizer
+
+    source = resolve_llm(path)
+    checkpoint = source if source.is_dir() else _float32_checkpoint(source)
+    try:
+        return AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
+    except Exception as e:  # any failure here means the files are unusable: say so in one line
+        raise ModelError(f"cannot load the tokenizer from {checkpoint}: {first_line(e)}") from None
+
+
 def _float32_checkpoint(gguf: Path) -> Path:
     """The cached float32 conversion of `gguf`, made on first use.
 

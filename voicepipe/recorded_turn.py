@@ -88,7 +88,7 @@ async def run_turn(runtime: Runtime, wav_path: str | Path, config: CallConfig | 
     done = line.of(ServerEvent.RESPONSE_DONE)
     audio = np.concatenate(line.audio) if line.audio else np.zeros(0, np.int16)
     return TurnResult(" ".join(e["transcript"] for e in heard).strip(), answer.strip(), audio,
-                      runtime.tts.sample_rate, stage_timings(done[-1]["response"]["timings"] if done else {}))
+                      runtime.tts_rate, stage_timings(done[-1]["response"]["timings"] if done else {}))
 
 
 def stage_timings(timings: dict[str, float]) -> dict[str, float | None]:

@@ -1,65 +1,89 @@
-"""What a server needs, built once and shared by every call: the three models and the engine that runs
-all of their device work. `serve`, the benchmarks and the tests all start from here."""
+"""What a server needs, built once and shared by every call: a client of the engine that runs every
+model's device work, the tokenizer, and the server's own metrics. The engine runs either on a thread of
+this process (`start`, `load`: the notebook, the tests, one-shot commands) or in a process of its own
+(`spawn`: `serve`, the replicas, the mixed-traffic bench), behind the same client interface."""
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-import numpy as np
+from prometheus_client import CollectorRegistry, generate_latest
 
-from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
+from scheduler import EngineConfig, RequestClass, SamplingParams
+from scheduler.client import EngineClient, LocalEngine
 from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
-
-if TYPE_CHECKING:
-    from voicepipe.pipeline.asr_batch import ASRBatcher
+from voicepipe.loading import (
+    WARM_UP,
+    ModelOptions,
+    build_engine,
+    engine_config,
+    load_voice_models,
+    make_engine,
+    phase,
+    voice_info,
+)
 
 
 @dataclass
 class Runtime:
-    engine: Engine
+    engine: EngineClient
     tokenizer: Any
-    asr: ASR
-    tts: TTS
-    asr_finals: "ASRBatcher" = field(init=False)  # final ASR passes of all calls, batched
-    ready: bool = field(init=False, default=False)  # warmed up: the first caller waits for no lazy set-up
+    model_id: str
+    asr_rate: int
+    tts_rate: int
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # the calls' and the API's metrics
+    warm: bool = False  # warmed up: the first caller waits for no lazy set-up
 
-    def __post_init__(self) -> None:
-        from voicepipe.pipeline.asr_batch import ASRBatcher  # here: the pipeline package imports this module
-
-        self.asr_finals = ASRBatcher(self.engine, self.asr)
-
-    @classmethod
-    def load(cls, llm_model: str | Path | None = None, asr_model: str | Path | None = None,
-             tts: TTS | None = None, policy: str = "o4", config: EngineConfig | None = None
-             ) -> "Runtime":
-        """Load the models (the embedded defaults unless paths or a TTS stage are given); start the engine."""
-        from voicepipe.backends.asr_whisper import WhisperASR
-        from voicepipe.backends.tts_piper import PiperTTS
-        from voicepipe.models import load_llm
-
-        model, tokenizer = load_llm(llm_model)
-        return cls.start(model, tokenizer, WhisperASR(asr_model), tts or PiperTTS(), policy, config)
+    @property
+    def ready(self) -> bool:
+        return self.warm and self.engine.alive
 
     @classmethod
     def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = "o4",
               config: EngineConfig | None = None) -> "Runtime":
-        """Start an engine over models already loaded."""
+        """An engine on a thread of this process, over models already loaded."""
         if policy not in ("o4", "fcfs"):
             raise ValueError(f"policy must be 'o4' or 'fcfs', not {policy!r}")
-        engine = Engine(model, tokenizer, (config or EngineConfig()).with_knobs(policy=policy))
-        engine.start()
-        return cls(engine, tokenizer, asr, tts)
+        engine = make_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_knobs(policy=policy))
+        client = LocalEngine(engine)
+        client.start()
+        return cls(client, tokenizer, **voice_info(model, asr, tts))
+
+    @classmethod
+    def load(cls, options: ModelOptions) -> "Runtime":
+        """Load the models the options name and start their engine on a thread of this process."""
+        from voicepipe.models import load_llm
+
+        config = engine_config(options)
+        asr, tts = load_voice_models(options, config.device)
+        phase("loading the LLM")
+        model, tokenizer = load_llm(options.llm_model)
+        return cls.start(model, tokenizer, asr, tts, options.policy, config)
+
+    @classmethod
+    async def spawn(cls, options: ModelOptions) -> "Runtime":
+        """Start the engine process, which loads and warms up every model; this process keeps only the
+        tokenizer (for chat templates). RuntimeError if the engine cannot start."""
+        from scheduler.engine_process import ProcessEngine
+        from voicepipe.models import load_tokenizer
+
+        config = engine_config(options)  # bad paths or placement fail here, before a process starts
+        tokenizer = load_tokenizer(options.llm_model)
+        engine = ProcessEngine(build_engine, asdict(options), config)
+        await engine.start()
+        info = engine.info
+        return cls(engine, tokenizer, info["model_id"], info["asr_rate"], info["tts_rate"], warm=True)
 
     async def warm_up(self) -> None:
         """Run each model once, so the first caller does not wait for lazy initialisation."""
-        silence = np.zeros(self.asr.sample_rate, np.float32)
-        await self.engine.run_job(lambda: self.asr.transcribe(silence), RequestClass.BATCH, kind="asr_warm_up")
-        await self.engine.run_job(lambda: list(self.tts.synthesize("Hello.")), RequestClass.BATCH,
-                                  kind="tts_warm_up")
+        await self.engine.run_job(WARM_UP, cls=RequestClass.BATCH)
         prompt = chat_prompt_ids(self.tokenizer, [{"role": "user", "content": "Hello."}])
         async for _ in self.engine.generate(prompt, SamplingParams(max_tokens=2), RequestClass.BATCH):
             pass
-        self.ready = True
+        self.warm = True
 
-    def close(self) -> None:
-        self.engine.stop()
+    async def metrics_text(self) -> bytes:
+        """Every metric for /metrics: this process's (calls, API) and the engine's."""
+        return generate_latest(self.registry) + await self.engine.metrics_text()
+
+    async def close(self) -> None:
+        await self.engine.stop()

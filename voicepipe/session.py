@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from scheduler import KNOBS
+from scheduler.client import EngineUnavailable
 from voicepipe import protocol
 from voicepipe.audio import to_float32
 from voicepipe.limits import Limits
@@ -237,7 +238,7 @@ class Session:
             "object": "realtime.session",
             "instructions": self.config.instructions,
             "input_audio_format": {"type": "pcm16", "sample_rate": SAMPLE_RATE},
-            "output_audio_format": {"type": "pcm16", "sample_rate": self.runtime.tts.sample_rate},
+            "output_audio_format": {"type": "pcm16", "sample_rate": self.runtime.tts_rate},
             "turn_detection": {"type": "server_vad", **asdict(self.config.turn_detection)},
             "time_to_first_audio_deadline_s": self.config.ttfa_s,
             "scheduler": scheduler,
@@ -248,7 +249,11 @@ class Session:
     async def _send_stats(self) -> None:
         while True:
             await asyncio.sleep(STATS_INTERVAL_S)
-            await self.send(protocol.scheduler_stats(page_stats(self.runtime)))
+            try:
+                stats = await page_stats(self.runtime)
+            except EngineUnavailable:
+                continue  # restarting: the page hears again when it is back
+            await self.send(protocol.scheduler_stats(stats))
 
 
 def _message_text(item: Any) -> tuple[str, str]:
@@ -299,10 +304,10 @@ def _check_turn_detection(update: Any) -> dict[str, float | int]:
     return checked
 
 
-def page_stats(runtime: Runtime) -> dict:
-    """engine.snapshot() trimmed to what a page draws, plus the deadline outcomes of all calls."""
-    snap = runtime.engine.snapshot()
-    outcomes = turn_metrics(runtime.engine.metrics.registry).outcomes
+async def page_stats(runtime: Runtime) -> dict:
+    """The engine's snapshot trimmed to what a page draws, plus the deadline outcomes of all calls."""
+    snap = await runtime.engine.snapshot()
+    outcomes = turn_metrics(runtime.registry).outcomes
 
     steps = [{k: s[k] for k in ("t", "duration_s", "decode_tokens", "prefill_tokens", "seqs", "preempted")}
              for s in snap["steps"][-20:]]

@@ -179,7 +179,7 @@ class LocalCall:
 
     def __init__(self, runtime: Runtime, devices: Devices, out: TextIO = sys.stdout) -> None:
         self.devices = devices
-        self.line = LocalLine(devices, runtime.tts.sample_rate, out)
+        self.line = LocalLine(devices, runtime.tts_rate, out)
         self.session = Session(self.line, runtime, Limits())
 
     async def run(self) -> None:
@@ -216,4 +216,4 @@ async def talk(runtime: Runtime, devices: Devices) -> None:
         await runtime.warm_up()
         await LocalCall(runtime, devices).run()
     finally:
-        runtime.close()
+        await runtime.close()

@@ -134,6 +134,6 @@ async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_
             on_time = [level["deadline_hit_rate"] >= 0.95 for level in levels]
             held = on_time.index(False) if False in on_time else len(levels)
         finally:
-            runtime.close()
+            await runtime.close()
         report["policies"][policy] = {"levels": levels, "max_calls_within_deadline": held}
     return report

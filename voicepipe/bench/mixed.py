@@ -173,7 +173,7 @@ async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str]
             report["policies"][policy] = await run_policy(runtime, load, calls, turns, questions, call_config)
             log.info("%s: %s", policy, report["policies"][policy])
         finally:
-            runtime.close()
+            await runtime.close()
     return report
 
 

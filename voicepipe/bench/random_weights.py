@@ -6,10 +6,15 @@ every request runs to a fixed length (`ignore_eos`): random weights would otherw
 The models come with `IdTokenizer`, which has no vocabulary: workloads are token ids (`Workload.token_items`).
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from voicepipe.bench.shapes import SHAPES, IdTokenizer
+
+if TYPE_CHECKING:
+    from scheduler import Engine
 
 
 def shape_config(shape: str, **changes) -> LlamaConfig:
@@ -35,3 +40,15 @@ def random_llm(shape: str, device: torch.device | str = "cpu", dtype: torch.dtyp
         torch.set_default_dtype(previous)
     model.eval().requires_grad_(False)
     return model, IdTokenizer(config.vocab_size, config.eos_token_id)
+
+
+def random_engine(shape: str = "tiny", seed: int = 0, **config) -> tuple["Engine", dict]:
+    """An engine over a random-weight model of `shape` (EngineConfig fields in `config`), with one device
+    job, `echo`, that returns its arguments: an engine process's factory where no checkpoint exists, and
+    the probe `bench ipc` times the channel with."""
+    from scheduler import Engine, EngineConfig
+    from scheduler.jobs import JobHandler
+
+    model, tokenizer = random_llm(shape, seed=seed)
+    engine = Engine(model, tokenizer, EngineConfig(**config), {"echo": JobHandler(lambda *args: list(args))})
+    return engine, {"model_id": f"random-{shape}"}

@@ -101,7 +101,7 @@ def run_turn_command(args: argparse.Namespace) -> int:
             await runtime.warm_up()
             return await run_turn(runtime, args.input, config)
         finally:
-            runtime.close()
+            await runtime.close()
 
     result = asyncio.run(turn())
     write_wav(args.output, result.audio, result.sample_rate)

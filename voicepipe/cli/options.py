@@ -3,27 +3,17 @@ sampling, the voice, the scheduling policy; and loading what they name."""
 
 import argparse
 import logging
-import sys
 import time
 from typing import TYPE_CHECKING
 
 from voicepipe.backends.base import LLM, GenerationParams
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
+from voicepipe.loading import CUDA_PRECISION, DEFAULT_PRECISION, DEVICES, POLICIES, PRECISIONS, ModelOptions
 
 if TYPE_CHECKING:  # it imports torch: only when a command runs
     from voicepipe.runtime import Runtime
 
 log = logging.getLogger("voicepipe")
-
-
-# Chosen by measurement (README, Performance): int8 weights decode about twice as fast on a CPU, at 0.5%
-# more perplexity; "fp32" gives exactly what transformers' `generate` gives. On CUDA, bf16 (int8 is fbgemm's,
-# a CPU kernel). An engine given no precision takes these (scheduler.device.default_precision).
-DEFAULT_PRECISION = "int8"
-CUDA_PRECISION = "bf16"
-PRECISIONS = ("fp32", "int8", "bf16", "fp16")
-POLICIES = ("o4", "fcfs")
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def usable_device(name: str) -> str:
@@ -48,20 +38,6 @@ def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the LLM runs: auto (CUDA when torch sees one, default), cpu or cuda")
 
 
-def engine_placement(args: argparse.Namespace) -> dict[str, str]:
-    """The engine's `device` and `precision` from the options; a pair that cannot run is a ModelError."""
-    from scheduler.device import DeviceUnavailable, check_precision, default_precision, resolve_device
-    from voicepipe.models import ModelError
-
-    try:
-        device = resolve_device(args.device)
-        precision = args.llm_precision or default_precision(device)
-        check_precision(device, precision)
-    except DeviceUnavailable as e:
-        raise ModelError(str(e)) from None
-    return {"device": device.type, "precision": precision}
-
-
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the commands that hold calls (`serve`, `talk`)."""
     parser.add_argument("--policy", choices=POLICIES, default="o4",
@@ -71,34 +47,11 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     add_tts_arguments(parser)
 
 
-def phase(what: str) -> None:
-    """One line on stderr per start-up phase: loading takes long enough to wonder whether anything happens."""
-    print(f"voicepipe: {what} ...", file=sys.stderr, flush=True)
-
-
 def load_runtime(args: argparse.Namespace) -> "Runtime":
-    """Check the model paths and load the TTS first (a typo fails at once, not after the LLM's minutes of
-    loading), then load the rest and start the engine."""
-    from scheduler import EngineConfig
-    from voicepipe.backends.asr_whisper import WhisperASR
-    from voicepipe.backends.tts_select import make_tts
-    from voicepipe.models import load_llm, resolve_asr, resolve_llm
+    """The models the options name, with their engine on a thread of this process (`talk`, `turn`)."""
     from voicepipe.runtime import Runtime
 
-    resolve_llm(args.llm_model)
-    resolve_asr(args.asr_model)
-    placement = engine_placement(args)  # int8 asked for on CUDA fails here, before any loading
-    phase("loading the TTS voice")
-    tts = make_tts(args.tts, args.tts_model)
-    phase("loading Whisper")
-    # Whisper follows the LLM onto CUDA (CTranslate2, float16 there); Piper stays on the CPU, where
-    # onnxruntime's wheel from PyPI runs it.
-    asr = WhisperASR(args.asr_model, **({"device": "cuda", "compute_type": "float16"}
-                                        if placement["device"] == "cuda" else {}))
-    phase("loading the LLM")
-    model, tokenizer = load_llm(args.llm_model)
-    phase(f"starting the engine ({args.policy}, {placement['precision']} weights on {placement['device']})")
-    return Runtime.start(model, tokenizer, asr, tts, policy=args.policy, config=EngineConfig(**placement))
+    return Runtime.load(ModelOptions.pick(vars(args)))
 
 
 def add_tts_arguments(parser: argparse.ArgumentParser) -> None:

@@ -63,9 +63,9 @@ def run_serve(args: argparse.Namespace) -> int:
     """Read the settings and take the port (both fail in a second), load the models with a line per phase,
     then serve until interrupted or terminated."""
     from voicepipe.cli.command import UsageError
-    from voicepipe.cli.options import load_runtime
-    from voicepipe.server import run_server
+    from voicepipe.loading import ModelOptions
     from voicepipe.server.listen import bind_socket
+    from voicepipe.server.run import serve_spawned
 
     try:
         settings = load_settings(args)
@@ -77,8 +77,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return run_cluster(settings)
     sock = bind_socket(settings.host, settings.port)
     try:
-        runtime = load_runtime(argparse.Namespace(**{**vars(args), **settings.model_options()}))
-        asyncio.run(run_server(runtime, settings, sock))
+        asyncio.run(serve_spawned(ModelOptions.pick({**vars(args), **settings.model_options()}), settings, sock))
     finally:
         sock.close()
     return 0

@@ -4,7 +4,6 @@ The constructor loads the models and warms them up, so Ray counts a replica as r
 sends it requests) only once it can serve a call at full speed. Ray restarts a replica whose process dies.
 """
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -28,15 +27,15 @@ log = logging.getLogger(__name__)
 @serve.ingress()
 class VoiceReplica:
     async def __init__(self, settings: ServeSettings, board: DeploymentHandle) -> None:
-        from voicepipe.cli.options import load_runtime
+        from voicepipe.loading import ModelOptions
+        from voicepipe.runtime import Runtime
         from voicepipe.server.voice_server import VoiceServer
 
         self.name = serve.get_replica_context().replica_id.unique_id
         self.board = board
         self.drain_s = settings.drain_s
         self.fleet = FleetStatus(settings.replicas)
-        self.runtime = await asyncio.to_thread(load_runtime, argparse.Namespace(**settings.model_options()))
-        await self.runtime.warm_up()
+        self.runtime = await Runtime.spawn(ModelOptions.pick(settings.model_options()))  # its own engine process
         self.server = VoiceServer(self.runtime, settings.limits(), settings.call_config(), settings.security())
         self.identity = CollectorRegistry()
         Gauge("voicepipe_replica_info", "This replica's process and machine (always 1)", ["pid", "host"],
@@ -49,20 +48,19 @@ class VoiceReplica:
     async def ready(self) -> tuple[bool, dict]:
         return await self.fleet.ready(self.server.ready, self.server.draining)
 
-    def page(self) -> str:
+    async def page(self) -> str:
         """This replica's own metrics page."""
-        self.runtime.engine.refresh_gauges()
-        return (generate_latest(self.runtime.engine.metrics.registry) + generate_latest(self.identity)).decode()
+        return (await self.runtime.metrics_text() + generate_latest(self.identity)).decode()
 
     async def metrics(self) -> bytes:
         """Every replica's page (this one's fresh, the others' at most `POST_EVERY_S` old) and the totals."""
-        await self.board.post.remote(self.name, self.page())
+        await self.board.post.remote(self.name, await self.page())
         return merge(await self.board.read.remote())
 
     async def _post_metrics(self) -> None:
         while True:
             with contextlib.suppress(Exception):  # the board restarting: post again next time
-                await self.board.post.remote(self.name, self.page())
+                await self.board.post.remote(self.name, await self.page())
             await asyncio.sleep(POST_EVERY_S)
 
     def record_routing_stats(self) -> dict[str, int]:
@@ -74,6 +72,6 @@ class VoiceReplica:
         self.poster.cancel()
         await self.server.drain(self.drain_s)
         await self.server.close()
-        self.runtime.close()
+        await self.runtime.close()
         with contextlib.suppress(Exception):
             await self.board.leave.remote(self.name)

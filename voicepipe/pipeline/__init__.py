@@ -25,9 +25,9 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
                             early_pause_ms=config.early_final_ms)
     return Pipeline([
         VADStage(endpointer),
-        ASRStage(engine, runtime.asr, config, runtime.asr_finals),
+        ASRStage(engine, runtime.asr_rate, config),
         LLMStage(engine, runtime.tokenizer, conversation, config, pacing, call_id),
         SentenceAggregator(),
-        TTSStage(engine, runtime.tts, pacing),
-        ClientOutput(send, engine, pacing, runtime.tts.sample_rate, conversation),
+        TTSStage(engine, runtime.tts_rate, pacing),
+        ClientOutput(send, runtime.registry, pacing, runtime.tts_rate, conversation),
     ])

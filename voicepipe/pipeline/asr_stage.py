@@ -3,15 +3,14 @@
 import asyncio
 import time
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
-from scheduler import Engine, RequestClass
+from scheduler import RequestClass
+from scheduler.client import EngineClient
 from voicepipe.audio import resample
-from voicepipe.backends.base import ASR
+from voicepipe.loading import ASR_FINAL, ASR_PARTIAL
 from voicepipe.pipeline.agreement import Agreement
-from voicepipe.pipeline.asr_batch import ASRBatcher
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.events import (
     Error,
@@ -25,14 +24,14 @@ from voicepipe.pipeline.events import (
     TranscriptEarly,
     TranscriptFinal,
 )
-from voicepipe.pipeline.stage import Stage, device_call
+from voicepipe.pipeline.stage import Stage
 from voicepipe.vad import SAMPLE_RATE
 
 MIN_PARTIAL_S = 0.5  # shorter audio gives Whisper too little to say anything stable
 # Partial passes take at most one part in PARTIAL_SHARE of the time: a pass still running when the caller
 # stops delays the final one, so on a slow device they are spaced out rather than run back to back.
 PARTIAL_SHARE = 3
-ASR_JOBS = ("asr_warm_up", "asr_partial", "asr_final")  # job kinds whose durations measure an ASR pass
+ASR_JOBS = (ASR_PARTIAL, ASR_FINAL)  # job kinds whose durations measure an ASR pass
 # Final passes one call may have waiting: a client sending utterances faster than they can be transcribed
 # (audio faster than real time) has the surplus dropped with an error, instead of queueing device work.
 MAX_PENDING_FINALS = 3
@@ -70,10 +69,9 @@ class ASRStage(Stage):
     callers who stop together run as one job.
     """
 
-    def __init__(self, engine: Engine, asr: ASR, config: CallConfig, finals: ASRBatcher | None = None) -> None:
+    def __init__(self, engine: EngineClient, asr_rate: int, config: CallConfig) -> None:
         super().__init__()
-        self.engine, self.asr, self.config = engine, asr, config
-        self.finals = finals or ASRBatcher(engine, asr)
+        self.engine, self.asr_rate, self.config = engine, asr_rate, config
         self.utterance: _Utterance | None = None
         self._last_final: asyncio.Task | None = None
         self._pending_finals = 0
@@ -121,7 +119,7 @@ class ASRStage(Stage):
         now = time.monotonic()
         if (utt.partial_task is not None or utt.samples < MIN_PARTIAL_S * SAMPLE_RATE
                 or now - utt.last_pass < self.config.partial_interval_s or self.engine.busy()
-                or now - utt.last_pass < PARTIAL_SHARE * self.engine.metrics.mean_job_seconds(ASR_JOBS)):
+                or now - utt.last_pass < PARTIAL_SHARE * self.engine.mean_job_seconds(ASR_JOBS)):
             return
         utt.last_pass = now
         utt.partial_task = self.spawn(self._partial(utt))
@@ -179,10 +177,9 @@ class ASRStage(Stage):
         self.emit(TranscriptFinal(utt.item_id, text, stopped.at, time.monotonic() - stopped.at))
 
     async def _final_pass(self, audio: np.ndarray, deadline: float) -> str:
-        return await self.finals.transcribe(resample(audio, SAMPLE_RATE, self.asr.sample_rate), deadline)
+        audio = resample(audio, SAMPLE_RATE, self.asr_rate)
+        return await self.engine.run_job(ASR_FINAL, audio, cls=RequestClass.REALTIME, deadline=deadline)
 
     async def _partial_pass(self, audio: np.ndarray) -> str:
-        audio = resample(audio, SAMPLE_RATE, self.asr.sample_rate)
-        text = await device_call(self.engine, partial(self.asr.transcribe, audio), RequestClass.INTERACTIVE, None,
-                                 "asr_partial")
-        return text or ""
+        audio = resample(audio, SAMPLE_RATE, self.asr_rate)
+        return await self.engine.run_job(ASR_PARTIAL, audio, cls=RequestClass.INTERACTIVE)

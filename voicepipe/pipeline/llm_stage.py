@@ -5,7 +5,8 @@ import time
 from contextlib import aclosing
 from typing import Any
 
-from scheduler import Engine, RequestClass, SamplingParams
+from scheduler import RequestClass, SamplingParams
+from scheduler.client import EngineClient
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
@@ -47,7 +48,7 @@ class LLMStage(Stage):
     again, it is dropped before anything of it was sent.
     """
 
-    def __init__(self, engine: Engine, tokenizer: Any, conversation: Conversation, config: CallConfig,
+    def __init__(self, engine: EngineClient, tokenizer: Any, conversation: Conversation, config: CallConfig,
                  pacing: Pacing, call_id: str) -> None:
         super().__init__()
         self.engine, self.tokenizer, self.conversation = engine, tokenizer, conversation

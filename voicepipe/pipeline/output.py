@@ -4,8 +4,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 import numpy as np
+from prometheus_client import CollectorRegistry
 
-from scheduler import Engine
 from voicepipe import protocol
 from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.events import (
@@ -49,12 +49,12 @@ class ClientOutput(Stage):
     instead, the caller never hears of it.
     """
 
-    def __init__(self, send: Send, engine: Engine, pacing: Pacing, sample_rate: int, conversation: Conversation
-                 ) -> None:
+    def __init__(self, send: Send, registry: CollectorRegistry, pacing: Pacing, sample_rate: int,
+                 conversation: Conversation) -> None:
         super().__init__()
-        self.send, self.engine, self.pacing, self.sample_rate = send, engine, pacing, sample_rate
+        self.send, self.pacing, self.sample_rate = send, pacing, sample_rate
         self.conversation = conversation
-        self.metrics = turn_metrics(engine.metrics.registry)
+        self.metrics = turn_metrics(registry)
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
         self._held: dict[Turn, list[Event]] = {}
         self._recent: dict[str, Turn] = {}  # by assistant item id, the last RECENT_TURNS turns

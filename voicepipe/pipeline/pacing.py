@@ -2,7 +2,7 @@
 
 import time
 
-from scheduler import Engine
+from scheduler.client import EngineClient
 from voicepipe.pipeline.turn import Turn
 
 
@@ -16,7 +16,7 @@ class Pacing:
     LLM is not what the caller waits for, so their synthesis is not kept waiting behind its decodes.
     """
 
-    def __init__(self, engine: Engine, tts_estimate_s: float = 0.4, chars_per_s: float = 15.0) -> None:
+    def __init__(self, engine: EngineClient, tts_estimate_s: float = 0.4, chars_per_s: float = 15.0) -> None:
         self.engine = engine
         self.playout_end = 0.0
         self.tts_estimate_s = tts_estimate_s  # time to synthesize a sentence

@@ -10,7 +10,6 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from scheduler import Engine, RequestClass
 from voicepipe.pipeline.events import Error, Event
 
 log = logging.getLogger(__name__)
@@ -87,17 +86,3 @@ class Pipeline:
                 self.queues[-1].put_nowait(Error("internal_error", "the server hit an internal error",
                                                  "server_error"))
 
-
-async def device_call(engine: Engine, fn: Callable[[], T], cls: RequestClass, deadline: float | None,
-                      kind: str) -> T:
-    """Run fn as an engine job; if the caller is cancelled before the job starts, the job is skipped."""
-    wanted = True
-
-    def job() -> T | None:
-        return fn() if wanted else None
-
-    try:
-        return await engine.run_job(job, cls=cls, deadline=deadline, kind=kind)
-    except asyncio.CancelledError:
-        wanted = False
-        raise

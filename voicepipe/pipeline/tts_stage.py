@@ -2,13 +2,10 @@
 
 import asyncio
 import logging
-import time
-from functools import partial
 
-import numpy as np
-
-from scheduler import Engine, RequestClass
-from voicepipe.backends.base import TTS
+from scheduler import RequestClass
+from scheduler.client import EngineClient
+from voicepipe.loading import TTS_SENTENCE
 from voicepipe.pipeline.events import (
     AudioOut,
     Error,
@@ -20,7 +17,7 @@ from voicepipe.pipeline.events import (
     TurnDone,
 )
 from voicepipe.pipeline.pacing import Pacing
-from voicepipe.pipeline.stage import Stage, device_call
+from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -33,9 +30,9 @@ class TTSStage(Stage):
     sentence of a cancelled turn whose job has not started yet is never synthesized.
     """
 
-    def __init__(self, engine: Engine, tts: TTS, pacing: Pacing) -> None:
+    def __init__(self, engine: EngineClient, sample_rate: int, pacing: Pacing) -> None:
         super().__init__()
-        self.engine, self.tts, self.pacing = engine, tts, pacing
+        self.engine, self.sample_rate, self.pacing = engine, sample_rate, pacing
         self._turn: Turn | None = None
         self._queue: asyncio.Queue[Sentence | None] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
@@ -58,27 +55,19 @@ class TTSStage(Stage):
 
     async def _speak(self, turn: Turn, queue: "asyncio.Queue[Sentence | None]") -> None:
         while (sentence := await queue.get()) is not None:
-            job = partial(self._synthesize, turn, sentence.text)
             try:
                 # A speculative reply's sentences wait behind confirmed turns' realtime work.
                 cls = RequestClass.INTERACTIVE if turn.speculative else RequestClass.REALTIME
-                chunks, seconds = await device_call(self.engine, job, cls, self.pacing.tts_deadline(turn), "tts")
+                chunks, seconds = await self.engine.run_job(TTS_SENTENCE, sentence.text, cls=cls,
+                                                            deadline=self.pacing.tts_deadline(turn))
             except Exception:  # one sentence the voice cannot say must not silence the rest of the reply
                 log.exception("synthesis failed for %r", sentence.text)
                 self.emit(Error("tts_failed", "a sentence of the reply could not be synthesized", "server_error"))
                 chunks, seconds = [], 0.0
             if turn.cancelled:
                 return
-            audio_s = sum(len(c) for c in chunks) / self.tts.sample_rate
+            audio_s = sum(len(c) for c in chunks) / self.sample_rate
             self.pacing.synthesized(turn, sentence.index, sentence.text, audio_s, seconds)
             for pcm in chunks:
                 self.emit(AudioOut(turn, pcm, sentence.index))
         self.emit(TurnDone(turn))
-
-    def _synthesize(self, turn: Turn, text: str) -> tuple[list[np.ndarray], float]:
-        """Runs on the engine thread; returns the audio and how long it took."""
-        if turn.cancelled:
-            return [], 0.0
-        start = time.perf_counter()
-        chunks = [np.asarray(c, np.int16) for c in self.tts.synthesize(text) if len(c)]
-        return chunks, time.perf_counter() - start

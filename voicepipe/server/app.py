@@ -10,6 +10,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from scheduler.client import EngineUnavailable
 from voicepipe import __version__
 from voicepipe.server.chat_api import build_router, install_error_handlers
 from voicepipe.server.realtime import RealtimeDialect
@@ -24,23 +25,32 @@ OPEN_PATHS = ("/health", "/ready", "/metrics")  # probes and scrapers: no key, n
 
 def build_app(server: "VoiceServer") -> FastAPI:
     app = FastAPI(title="voicepipe", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
-    engine = server.runtime.engine
+    runtime = server.runtime
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok"}
+        """The server process answers; whether the engine does too is /ready's question."""
+        return {"status": "ok", "engine": "up" if runtime.engine.alive else "down"}
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
         if server.ready:
             return JSONResponse({"status": "ready"})
-        state = "draining" if server.draining else "warming_up"
+        if server.draining:
+            state = "draining"
+        elif runtime.warm and not runtime.engine.alive:
+            state = "engine_restarting"
+        else:
+            state = "warming_up"
         return JSONResponse({"status": state}, status_code=503)
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        engine.refresh_gauges()
-        return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        try:
+            text = await runtime.metrics_text()
+        except EngineUnavailable:  # the server's own families still tell what happened to the calls
+            text = generate_latest(runtime.registry)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     @app.websocket("/ws")
     async def native_call(ws: WebSocket) -> None:

@@ -8,7 +8,6 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Request
@@ -79,7 +78,7 @@ def openai_error(status: int, message: str, code: str | None = None, param: str 
 def build_router(server: "VoiceServer") -> APIRouter:
     router = APIRouter(prefix="/v1")
     runtime = server.runtime
-    model_id = model_name(runtime.engine.runner.model)
+    model_id = runtime.model_id
     created = int(time.time())
 
     @router.get("/models")
@@ -105,6 +104,9 @@ def build_router(server: "VoiceServer") -> APIRouter:
             return counted(openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at most "
                                         f"{limit}", "context_length_exceeded", "messages"))
         params.max_tokens = min(params.max_tokens, limit - len(prompt))
+        if not runtime.engine.alive:
+            return counted(openai_error(503, "the engine is restarting; try again in a few seconds",
+                                        "engine_unavailable", kind="server_error"))
         completion = Completion(new_id("chatcmpl"), model_id, len(prompt))
         stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
         server.metrics.api_requests.labels("chat.completions", "200").inc()
@@ -115,6 +117,8 @@ def build_router(server: "VoiceServer") -> APIRouter:
         async with aclosing(stream) as outputs:
             async for out in outputs:
                 completion.add(out.text, out.finish_reason, out.token_id is not None)
+        if completion.error is not None:
+            return counted(openai_error(500, completion.error, "engine_error", kind="server_error"))
         return completion.whole()
 
     def counted(response: JSONResponse) -> JSONResponse:
@@ -141,6 +145,7 @@ class Completion:
         self.id, self.model, self.prompt_tokens = id, model, prompt_tokens
         self.created = int(time.time())
         self.text, self.tokens, self.finish_reason = "", 0, None
+        self.error: str | None = None  # why the engine failed the request, if it did
 
     def add(self, text: str, finish_reason: str | None, token: bool) -> None:
         self.text += text
@@ -148,6 +153,8 @@ class Completion:
         if finish_reason is not None:
             self.finish_reason = "stop" if finish_reason == "stop" else "length" if finish_reason == "length" \
                 else "error"
+            if finish_reason.startswith("error"):
+                self.error = finish_reason.removeprefix("error: ")
 
     def usage(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
@@ -175,13 +182,11 @@ class Completion:
                 self.add(out.text, out.finish_reason, out.token_id is not None)
                 if out.text:
                     yield self.chunk({"content": out.text})
+        if self.error is not None:  # as OpenAI streams a failure: an error event, which its SDKs raise
+            error = {"message": self.error, "type": "server_error", "param": None, "code": "engine_error"}
+            yield f"data: {json.dumps({'error': error})}\n\n"
+            return
         yield self.chunk({}, self.finish_reason)
         if usage:
             yield self.chunk(None, usage=self.usage())
         yield "data: [DONE]\n\n"
-
-
-def model_name(model: Any) -> str:
-    """The id the API lists: the checkpoint's name, as transformers recorded where it came from."""
-    path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
-    return Path(path).name or "voicepipe"

@@ -20,7 +20,6 @@ from voicepipe import protocol
 from voicepipe.pipeline.events import new_id
 from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.runtime import Runtime
-from voicepipe.server.chat_api import model_name
 from voicepipe.server.realtime_session import RATE, UnsupportedSession, ga_session, native_update
 from voicepipe.transport import Transport
 from voicepipe.vad import SAMPLE_RATE
@@ -39,8 +38,8 @@ class RealtimeDialect:
 
     def __init__(self, line: Transport, runtime: Runtime, beta: bool = False) -> None:
         self.line, self.beta = line, beta
-        self.model = model_name(runtime.engine.runner.model)
-        self.tts_rate = runtime.tts.sample_rate
+        self.model = runtime.model_id
+        self.tts_rate = runtime.tts_rate
         self._mic = soxr.ResampleStream(RATE, SAMPLE_RATE, 1, dtype="int16")
         self._speaker: soxr.ResampleStream | None = None
         self._audio_header: dict | None = None  # the native delta whose binary frame comes next

@@ -6,6 +6,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
+from voicepipe.loading import ModelOptions
 from voicepipe.runtime import Runtime
 from voicepipe.server.voice_server import VoiceServer
 
@@ -17,13 +18,19 @@ def say(line: str) -> None:
     print(f"voicepipe: {line}", file=sys.stderr, flush=True)
 
 
+async def serve_spawned(options: ModelOptions, settings: "ServeSettings", sock: socket.socket) -> None:
+    """Start the engine process with the models, then serve on `sock` (see `run_server`)."""
+    runtime = await Runtime.spawn(options)
+    await run_server(runtime, settings, sock)
+
+
 async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.socket) -> None:
     """Serve on `sock` until SIGTERM or SIGINT.
 
-    The server listens while the models warm up (`/health` answers, `/ready` says 503 until they are
-    warm). On a signal it drains: new calls are refused, replies in progress get `settings.drain_s` to
-    finish, then the calls are closed and the engine stopped while this event loop still runs, so the
-    aborts of their requests find a loop to report to.
+    The server listens while the models warm up, if they are not yet (`/health` answers, `/ready` says
+    503 until they are). On a signal it drains: new calls are refused, replies in progress get
+    `settings.drain_s` to finish, then the calls are closed and the engine stopped (its process joined)
+    while this event loop still runs, so the aborts of their requests find a loop to report to.
     """
     server = VoiceServer(runtime, settings.limits(), settings.call_config(), settings.security())
     stop = asyncio.Event()
@@ -32,8 +39,9 @@ async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.s
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start(sock=sock, ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
-        say("warming up the models ...")
-        await runtime.warm_up()
+        if not runtime.warm:
+            say("warming up the models ...")
+            await runtime.warm_up()
         print(f"voicepipe: listening on {server.url}", flush=True)
         await stop.wait()
         say(f"shutting down: finishing replies in progress (up to {settings.drain_s:g} s) ...")
@@ -42,4 +50,4 @@ async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.s
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await server.close()
-        runtime.close()
+        await runtime.close()

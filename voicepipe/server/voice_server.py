@@ -62,7 +62,9 @@ class VoiceServer:
         self.web_dir = web_dir.resolve()
         self.calls: set[Session] = set()
         self.draining = False
-        self.metrics = call_metrics(runtime.engine.metrics.registry)
+        self.metrics = call_metrics(runtime.registry)
+        self._notices: set[asyncio.Future] = set()
+        runtime.engine.watch(self._engine_changed)
         self.app = build_app(self)
         self.uvicorn: uvicorn.Server | None = None
         self.sockets: list[socket.socket] = []
@@ -141,9 +143,24 @@ class VoiceServer:
             self.metrics.active.labels(api).dec()
             await line.close()
 
+    def _engine_changed(self, alive: bool) -> None:
+        """The engine process died (or is back): every call hears it at once; a turn in flight has failed,
+        and the call goes on once the engine is back (or the client reconnects)."""
+        if alive:
+            log.info("the engine is back; %d calls go on", len(self.calls))
+            return
+        for call in list(self.calls):
+            notice = asyncio.ensure_future(call.send(protocol.error(
+                "engine_unavailable", "the engine stopped and is restarting; the reply in progress is lost, "
+                "speak again in a few seconds or reconnect", "server_error")))
+            self._notices.add(notice)
+            notice.add_done_callback(self._notices.discard)
+
     def _refusal(self) -> tuple[int, str, str] | None:
         if self.draining:
             return 1012, "server_shutting_down", "the server is shutting down; try again later"
+        if not self.runtime.engine.alive:
+            return 1013, "engine_unavailable", "the engine is restarting; try again in a few seconds"
         if len(self.calls) >= self.limits.max_calls:
             limit = self.limits.max_calls
             return 1013, "too_many_calls", f"the server takes at most {limit} calls at once; try again later"

@@ -1,0 +1,170 @@
+"""Loading the models and the engine that runs them, from one typed record: `serve`, `talk`, `turn`, the
+benchmarks and the replicas all start here, in this process or in the engine process.
+
+The engine's device jobs are registered here by name (`DEVICE_JOBS`), so that a call's pipeline asks for a
+transcript or a sentence of speech as data, which can cross into the engine process.
+"""
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
+
+if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a command line
+    from scheduler import Engine, EngineConfig
+    from scheduler.jobs import JobHandler
+
+log = logging.getLogger("voicepipe")
+
+# Chosen by measurement (README, Performance): int8 weights decode about twice as fast on a CPU, at 0.5%
+# more perplexity; "fp32" gives exactly what transformers' `generate` gives. On CUDA, bf16 (int8 is fbgemm's,
+# a CPU kernel). An engine given no precision takes these (scheduler.device.default_precision).
+DEFAULT_PRECISION = "int8"
+CUDA_PRECISION = "bf16"
+PRECISIONS = ("fp32", "int8", "bf16", "fp16")
+POLICIES = ("o4", "fcfs")
+DEVICES = ("auto", "cpu", "cuda")
+ASR_BATCH = 8  # final passes per job: more would hold the device longer than one realtime step should
+# The job kinds a call's pipeline submits (the metrics' `kind` label).
+ASR_PARTIAL, ASR_FINAL, TTS_SENTENCE, WARM_UP = "asr_partial", "asr_final", "tts", "warm_up"
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which models, on which device, under which policy; `engine` holds more EngineConfig fields."""
+
+    llm_model: str | None = None
+    asr_model: str | None = None
+    tts: str = "piper"
+    tts_model: str | None = None
+    device: str = "auto"
+    llm_precision: str | None = None
+    policy: str = "o4"
+    engine: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def pick(cls, values: dict[str, Any]) -> "ModelOptions":
+        """The options among `values` (argparse's or the settings'), the rest ignored; None means default."""
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in values.items() if k in names and v is not None})
+
+
+def phase(what: str) -> None:
+    """One line on stderr per start-up phase: loading takes long enough to wonder whether anything happens."""
+    print(f"voicepipe: {what} ...", file=sys.stderr, flush=True)
+
+
+def placement(options: ModelOptions) -> dict[str, str]:
+    """The engine's `device` and `precision`; a pair that cannot run is a ModelError."""
+    from scheduler.device import DeviceUnavailable, check_precision, default_precision, resolve_device
+    from voicepipe.models import ModelError
+
+    try:
+        device = resolve_device(options.device)
+        precision = options.llm_precision or default_precision(device)
+        check_precision(device, precision)
+    except DeviceUnavailable as e:
+        raise ModelError(str(e)) from None
+    return {"device": device.type, "precision": precision}
+
+
+def engine_config(options: ModelOptions) -> "EngineConfig":
+    """Checks the model paths and the placement first: a typo fails at once, not after minutes of loading."""
+    from scheduler import EngineConfig
+    from voicepipe.models import resolve_asr, resolve_llm
+
+    if options.policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {options.policy!r}")
+    resolve_llm(options.llm_model)
+    resolve_asr(options.asr_model)
+    return EngineConfig(**{**options.engine, **placement(options), "policy": options.policy})
+
+
+def load_voice_models(options: ModelOptions, device: str) -> tuple[ASR, TTS]:
+    """The TTS first (a bad voice fails fast), then Whisper, which follows the LLM onto CUDA (CTranslate2,
+    float16 there); Piper stays on the CPU, where onnxruntime's wheel from PyPI runs it."""
+    from voicepipe.backends.asr_whisper import WhisperASR
+    from voicepipe.backends.tts_select import make_tts
+
+    phase("loading the TTS voice")
+    tts = make_tts(options.tts, options.tts_model)
+    phase("loading Whisper")
+    asr = WhisperASR(options.asr_model, **({"device": "cuda", "compute_type": "float16"} if device == "cuda" else {}))
+    return asr, tts
+
+
+def device_jobs(asr: ASR, tts: TTS) -> dict[str, "JobHandler"]:
+    """The engine's device jobs over these models. Final passes come in batches: callers who stop speaking
+    together share one encoder call (an ASR with `transcribe_batch`; any other goes one by one)."""
+    from scheduler.jobs import JobHandler
+
+    def finals(batch: list[tuple[np.ndarray]]) -> list[str]:
+        audios = [audio for (audio,) in batch]
+        many = getattr(asr, "transcribe_batch", None)
+        return [t or "" for t in (many(audios) if many is not None else [asr.transcribe(a) for a in audios])]
+
+    def sentence(text: str) -> tuple[list[np.ndarray], float]:
+        start = time.perf_counter()
+        chunks = [np.asarray(c, np.int16) for c in tts.synthesize(text) if len(c)]
+        return chunks, time.perf_counter() - start
+
+    def warm_up() -> None:
+        asr.transcribe(np.zeros(asr.sample_rate, np.float32))
+        list(tts.synthesize("Hello."))
+
+    return {ASR_PARTIAL: JobHandler(lambda audio: asr.transcribe(audio) or ""),
+            ASR_FINAL: JobHandler(finals, batch=ASR_BATCH),
+            TTS_SENTENCE: JobHandler(sentence),
+            WARM_UP: JobHandler(warm_up)}
+
+
+def voice_info(model: Any, asr: ASR, tts: TTS) -> dict[str, Any]:
+    """What the server needs to know of the models it does not hold."""
+    return {"model_id": model_name(model), "asr_rate": asr.sample_rate, "tts_rate": tts.sample_rate}
+
+
+def model_name(model: Any) -> str:
+    """The id the API lists: the checkpoint's name, as transformers recorded where it came from."""
+    path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    return Path(path).name or "voicepipe"
+
+
+def make_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: "EngineConfig") -> "Engine":
+    from scheduler import Engine
+
+    return Engine(model, tokenizer, config, device_jobs(asr, tts))
+
+
+def warm_up_engine(engine: "Engine") -> None:
+    """Run each model once on the engine, before it serves, so the first caller waits for no lazy set-up."""
+    from scheduler import SamplingParams, Sequence
+
+    engine.handlers[WARM_UP].fn()
+    prompt = chat_prompt_ids(engine.tokenizer, [{"role": "user", "content": "Hello."}])
+    engine.add_request(Sequence(prompt, SamplingParams(max_tokens=2)))
+    while engine.step():
+        pass
+    engine.take_outputs()
+
+
+def build_engine(**values: Any) -> tuple["Engine", dict[str, Any]]:
+    """The engine process's factory: load every model named by the options, warm them up, make the engine."""
+    from voicepipe import threads
+    from voicepipe.models import load_llm
+
+    threads.configure()  # before torch or CTranslate2 loads in this process
+    options = ModelOptions(**values)
+    config = engine_config(options)
+    asr, tts = load_voice_models(options, config.device)
+    phase("loading the LLM")
+    model, tokenizer = load_llm(options.llm_model)
+    phase(f"starting the engine ({config.policy}, {config.precision} weights on {config.device})")
+    engine = make_engine(model, tokenizer, asr, tts, config)
+    warm_up_engine(engine)
+    return engine, voice_info(model, asr, tts)
