@@ -101,20 +101,17 @@ def pinned_pages(engine) -> int:
     return sum(len(pages) for pages, _ in list(engine.pool.pins.values()))
 
 
-async def settled(engine, timeout: float = 60.0) -> None:
-    """Wait until the engine holds no request and has no job queued (its pool is then safe to read)."""
+async def settled(engine, timeout: float = 60.0) -> dict:
+    """Wait until the engine (a client: thread or process) holds no request and has no job queued; returns
+    its holdings then, read through the channel after every command sent before (aborts, releases). An
+    in-process engine's core is then safe to read too."""
     end = time.monotonic() + timeout
-    while engine.requests or engine.jobs or not engine.planner.idle:
-        assert time.monotonic() < end, "the engine did not go idle"
+    while True:
+        held = await engine.holdings()
+        if held["idle"] and not held["jobs"] and not held["requests"]:
+            return held
+        assert time.monotonic() < end, f"the engine did not go idle: {held}"
         await asyncio.sleep(0.05)
-    await barrier(engine)
-
-
-async def barrier(engine) -> None:
-    """Return once the engine thread has run everything handed to it so far (aborts, releases) and the
-    event loop has seen their results: a job runs after the engine's inbox is drained, and its result
-    comes back behind the notifications queued before it."""
-    await engine.run_job(lambda: None, kind="barrier")
 
 
 async def calls_ended(server, timeout: float = 30.0) -> None:

@@ -1,12 +1,9 @@
 """Whisper over trimmed windows: as accurate as the full 30 s pass, guarded against loops, and batched."""
 
-import asyncio
 import re
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from voicepipe.pipeline.asr_batch import ASRBatcher
 
 from voicepipe.audio import read_audio
 from voicepipe.backends import whisper_trimmed
@@ -111,85 +108,3 @@ def test_a_batch_gives_each_utterance_its_own_transcript(asr, clips, monkeypatch
     monkeypatch.setattr(asr.model, "encode", lambda features: encodes.append(features.shape) or encode(features))
     assert asr.transcribe_batch(batch) == singles
     assert len(encodes) == 1 and encodes[0][0] == 3
-
-
-class FakeEngine:
-    """Queues jobs until `release`, as a busy engine would, and counts them."""
-
-    def __init__(self) -> None:
-        self.jobs: list[str] = []
-        self.gate = asyncio.Event()
-
-    async def run_job(self, fn, cls, deadline, kind):
-        self.jobs.append(kind)
-        await self.gate.wait()
-        return fn()
-
-
-class EchoASR:
-    """Transcribes audio as its length; records the batches it was given."""
-
-    sample_rate = 16000
-
-    def __init__(self) -> None:
-        self.batches: list[int] = []
-
-    def transcribe(self, audio: np.ndarray) -> str:
-        self.batches.append(1)
-        return str(audio.size)
-
-
-class EchoBatchASR(EchoASR):
-    def transcribe_batch(self, batch: list[np.ndarray]) -> list[str]:
-        self.batches.append(len(batch))
-        return [str(audio.size) for audio in batch]
-
-
-async def test_concurrent_final_passes_share_one_job():
-    engine, asr = FakeEngine(), EchoBatchASR()
-    batcher = ASRBatcher(engine, asr)
-    tasks = [asyncio.create_task(batcher.transcribe(np.zeros(n, np.float32), None)) for n in (10, 20, 30)]
-    await asyncio.sleep(0)
-    engine.gate.set()
-    assert await asyncio.gather(*tasks) == ["10", "20", "30"]
-    assert engine.jobs == ["asr_final"] and asr.batches == [3]
-    assert await batcher.transcribe(np.zeros(40, np.float32), None) == "40"  # the first job has run: a new one
-    assert len(engine.jobs) == 2
-
-
-async def test_a_cancelled_caller_is_left_out_of_the_batch():
-    engine, asr = FakeEngine(), EchoBatchASR()
-    batcher = ASRBatcher(engine, asr)
-    kept = asyncio.create_task(batcher.transcribe(np.zeros(10, np.float32), None))
-    dropped = asyncio.create_task(batcher.transcribe(np.zeros(20, np.float32), None))
-    await asyncio.sleep(0)
-    dropped.cancel()
-    await asyncio.sleep(0)
-    engine.gate.set()
-    assert await kept == "10" and dropped.cancelled()
-    assert asr.batches == [1]
-
-
-async def test_a_backend_without_batches_is_called_per_utterance():
-    engine, asr = FakeEngine(), EchoASR()
-    batcher = ASRBatcher(engine, asr)
-    tasks = [asyncio.create_task(batcher.transcribe(np.zeros(n, np.float32), None)) for n in (5, 7)]
-    await asyncio.sleep(0)
-    engine.gate.set()
-    assert await asyncio.gather(*tasks) == ["5", "7"]
-    assert len(engine.jobs) == 1 and asr.batches == [1, 1]
-
-
-def test_the_runtime_shares_one_batcher_with_every_call():
-    from fakes import FakeEngine as ScriptedEngine
-    from fakes import FakeTokenizer
-
-    from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
-    from voicepipe.pipeline.asr_stage import ASRStage
-    from voicepipe.runtime import Runtime
-
-    runtime = Runtime(ScriptedEngine(FakeTokenizer()), None, EchoBatchASR(), SimpleNamespace(sample_rate=22050))
-    stages = [build_pipeline(runtime, f"call-{n}", CallConfig(), Conversation(""), lambda event: None).stages
-              for n in range(2)]
-    finals = {id(s.finals) for call in stages for s in call if isinstance(s, ASRStage)}
-    assert finals == {id(runtime.asr_finals)}

@@ -1,7 +1,6 @@
 """Device selection: auto falls back to the CPU, CUDA where there is none is a clear error (exit status 2),
 int8 is refused on CUDA, and the engine places and casts the model as asked."""
 
-import argparse
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from scheduler.device import DeviceUnavailable, check_precision, place_model, re
 from scheduler.quantize import Int8Linear
 from voicepipe.bench.random_weights import random_llm
 from voicepipe.cli import main
-from voicepipe.cli.options import engine_placement
+from voicepipe.loading import ModelOptions, placement
 from voicepipe.models import ModelError
 
 
@@ -57,17 +56,17 @@ def test_int8_weights_are_refused_on_cuda(fake_cuda):
     with pytest.raises(DeviceUnavailable, match="CPUs only"):
         check_precision(torch.device("cuda"), "int8")
     with pytest.raises(ModelError, match="CPUs only"):
-        engine_placement(argparse.Namespace(device="cuda", llm_precision="int8"))
+        placement(ModelOptions(device="cuda", llm_precision="int8"))
 
 
 def test_the_default_precision_follows_the_device(no_cuda):
-    assert engine_placement(argparse.Namespace(device="auto", llm_precision=None)) == {
+    assert placement(ModelOptions(device="auto", llm_precision=None)) == {
         "device": "cpu", "precision": "int8"}
-    assert engine_placement(argparse.Namespace(device="cpu", llm_precision="fp32"))["precision"] == "fp32"
+    assert placement(ModelOptions(device="cpu", llm_precision="fp32"))["precision"] == "fp32"
 
 
 def test_the_default_precision_on_cuda_is_bf16(fake_cuda):
-    assert engine_placement(argparse.Namespace(device="auto", llm_precision=None)) == {
+    assert placement(ModelOptions(device="auto", llm_precision=None)) == {
         "device": "cuda", "precision": "bf16"}
 
 

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams, Sequence
+from scheduler.client import JobFailed, LocalEngine
+from scheduler.jobs import JobHandler
 from voicepipe.backends.base import chat_prompt_ids
 
 QUESTIONS = [
@@ -148,28 +150,27 @@ def test_a_promoted_request_takes_its_new_class_deadline_and_session(llm):
 
 
 async def test_async_generate_streams_text_and_jobs_run_by_priority(llm, prompts):
-    engine = Engine(*llm, EngineConfig(num_slabs=4))
+    order: list[str] = []
+    jobs = {"note": JobHandler(lambda what: order.append(what) or len(order)), "fail": JobHandler(lambda: 1 / 0)}
+    engine = LocalEngine(Engine(*llm, EngineConfig(num_slabs=4), jobs))
     engine.start()
     try:
-        order: list[str] = []
-        slow = [engine.run_job(lambda: order.append("batch"), RequestClass.BATCH, kind="test") for _ in range(2)]
-        urgent = engine.run_job(lambda: order.append("realtime") or 42, RequestClass.REALTIME,
-                                deadline=time.monotonic(), kind="test")
+        slow = [engine.run_job("note", "batch", cls=RequestClass.BATCH) for _ in range(2)]
+        urgent = engine.run_job("note", "realtime", cls=RequestClass.REALTIME, deadline=time.monotonic())
         pieces = [out async for out in engine.generate(prompts[0], SamplingParams(max_tokens=12))]
         results = await asyncio.gather(*slow, urgent)
-        assert results[-1] == 42 and order.count("batch") == 2
+        assert sorted(results) == [1, 2, 3] and order.count("batch") == 2
         assert pieces[-1].finished and "".join(p.text for p in pieces).strip()
-        with pytest.raises(ZeroDivisionError):
-            await engine.run_job(lambda: 1 / 0)
+        with pytest.raises(JobFailed, match="ZeroDivisionError"):
+            await engine.run_job("fail")
         stream = engine.generate(prompts[1], SamplingParams(max_tokens=200, ignore_eos=True))
         async for _ in stream:
             break
         await stream.aclose()  # leaving early aborts the request
-        await asyncio.sleep(0.3)
-        assert not engine.requests
-        engine.check_pool()
+        held = await engine.holdings()  # read after the abort: the engine takes commands in order
+        assert held["requests"] == 0 and held["pool_error"] is None
     finally:
-        engine.stop()
+        await engine.stop()
 
 
 def test_knobs_are_validated_and_applied(llm):

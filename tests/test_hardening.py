@@ -55,14 +55,14 @@ def question(speech_wav) -> np.ndarray:
 @pytest_asyncio.fixture(loop_scope="module")
 async def baseline(server, runtime, caplog):
     """Wait for a quiet server; after the test, check that everything went back to how it was."""
-    engine = runtime.engine
+    engine = runtime.engine.core
     await calls_ended(server)
-    await settled(engine)
+    await settled(runtime.engine)
     tasks = len(asyncio.all_tasks())
     caplog.set_level(logging.WARNING)
     yield
     await calls_ended(server)
-    await settled(engine)
+    await settled(runtime.engine)
     engine.check_pool()
     assert not engine.requests and not engine.jobs
     assert not engine.pool.pins and engine.pool.num_used == len(engine.pool.lru), "pages held after the calls"
@@ -291,7 +291,7 @@ async def test_soak(server, runtime, question, baseline):
     """Two callers take turns for up to about a minute, their microphones streaming silence between turns.
     While a call lasts its KV pages are its conversation's prefix, replaced (not piled up) turn after turn;
     once both hang up the pool holds only cached pages (checked after the test)."""
-    engine, stop_at = runtime.engine, time.monotonic() + 45
+    engine, stop_at = runtime.engine.core, time.monotonic() + 45
 
     async def caller() -> list[int]:
         call, pinned = await Call.open(server), []

@@ -23,10 +23,10 @@ def client(server) -> openai.AsyncOpenAI:
 
 
 async def test_models_lists_the_engine_model(client, runtime):
-    from voicepipe.server.chat_api import model_name
+    from voicepipe.loading import model_name
 
     models = await client.models.list()
-    assert [m.id for m in models.data] == [model_name(runtime.engine.runner.model)] != ["voicepipe"]
+    assert [m.id for m in models.data] == [model_name(runtime.engine.core.runner.model)] != ["voicepipe"]
     assert (await client.models.retrieve(models.data[0].id)).id == models.data[0].id
     with pytest.raises(openai.NotFoundError):
         await client.models.retrieve("no-such-model")
@@ -207,7 +207,7 @@ async def test_beta_clients_get_the_beta_names(server):
 async def test_a_client_leaving_a_stream_aborts_its_request(client, runtime):
     from helpers import settled
 
-    engine = runtime.engine
+    engine = runtime.engine.core
 
     def generated() -> float:
         return engine.metrics.registry.get_sample_value("voicepipe_generation_tokens_total",
@@ -223,7 +223,7 @@ async def test_a_client_leaving_a_stream_aborts_its_request(client, runtime):
         if chunks == 3:
             break
     await stream.close()
-    await settled(engine, timeout=60)  # waits for the abort: nothing is left running for nobody
+    await settled(runtime.engine, timeout=60)  # waits for the abort: nothing is left running for nobody
     engine.check_pool()
     assert not engine.requests
     assert generated() - before < 100, "the request ran on after its client left"

@@ -57,7 +57,7 @@ class Call:
     def __init__(self, reply: str = REPLY, **config) -> None:
         self.tokenizer = FakeTokenizer()
         self.asr = FakeASR(QUESTION)
-        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply}, self.asr, FakeTTS())
+        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply}, asr=self.asr, tts=FakeTTS())
         self.config = CallConfig(instructions="Be brief.", **config)
         self.conversation = Conversation(self.config.instructions)
         self.client = Client()

@@ -12,6 +12,7 @@ from helpers import http_get
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from voicepipe.loading import ASR_FINAL
 from voicepipe.pipeline import CallConfig
 from voicepipe.pipeline.asr_stage import MAX_PENDING_FINALS, ASRStage
 from voicepipe.pipeline.events import SpeechAudio, SpeechStarted, SpeechStopped
@@ -130,12 +131,13 @@ async def test_health_and_ready(server):
 
 
 class StuckFinals:
-    """Final ASR passes that never finish: a device far slower than the audio arriving."""
+    """An engine whose final ASR passes never finish: a device far slower than the audio arriving."""
 
     def __init__(self) -> None:
         self.started = 0
 
-    async def transcribe(self, audio: np.ndarray, deadline: float) -> str:
+    async def run_job(self, kind: str, audio: np.ndarray, cls=None, deadline: float | None = None) -> str:
+        assert kind == ASR_FINAL  # no partial passes: the utterances are too short
         self.started += 1
         await asyncio.Event().wait()
         return ""
@@ -143,8 +145,7 @@ class StuckFinals:
 
 async def test_a_call_cannot_queue_unbounded_final_passes():
     finals = StuckFinals()
-    stage = ASRStage(None, None, CallConfig(), finals)  # engine and model unused: no partial passes
-    stage.asr = type("ASR", (), {"sample_rate": 16000})()
+    stage = ASRStage(finals, 16000, CallConfig())
     out: list = []
     tasks: list[asyncio.Task] = []
     stage._emit, stage._spawn = out.append, lambda coro: tasks.append(asyncio.ensure_future(coro)) or tasks[-1]

@@ -26,6 +26,7 @@ from websockets.asyncio.client import connect
 
 from voicepipe.audio import read_audio, resample, to_float32
 from voicepipe.limits import Limits
+from voicepipe.loading import ASR_PARTIAL
 from voicepipe.server import VoiceServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -66,7 +67,7 @@ async def test_spoken_question_is_answered(server, runtime, question, words):
         assert meta["type"] == "response.audio.delta" and meta["bytes"] == len(frame)
     rate = call.frames[0][0]["sample_rate"]
     reply = resample(to_float32(np.frombuffer(b"".join(f for _, f in call.frames), "<i2")), rate, SAMPLE_RATE)
-    heard = await runtime.engine.run_job(lambda: runtime.asr.transcribe(reply))
+    heard = await runtime.engine.run_job(ASR_PARTIAL, reply)
     said = words(answer)
     assert len(words(heard) & said) >= max(2, len(said) // 3), (heard, answer)
 
@@ -93,8 +94,8 @@ async def test_barge_in_cancels_the_reply(server, runtime, speech_wav, words):
         full = reply_text(call, first)
         assert len(heard.split()) < len(full.split()) and words(heard) <= words(full)
 
-        engine = runtime.engine
-        await settled(engine)
+        engine = runtime.engine.core
+        await settled(runtime.engine)
         engine.check_pool()
         assert session.id in engine.pool.pins  # the conversation prefix is kept for the next turn...
         assert engine.pool.num_used == pinned_pages(engine) + len(engine.pool.lru)  # ...and nothing else is held
@@ -173,9 +174,9 @@ async def test_bad_messages_get_errors_and_the_calls_go_on(server, runtime):
 
 
 async def test_a_vanishing_client_leaks_nothing(server, runtime, question):
-    engine = runtime.engine
+    engine = runtime.engine.core
     await calls_ended(server)
-    await settled(engine)
+    await settled(runtime.engine)
     tasks_before = len(asyncio.all_tasks())
     call = await Call.open(server)
     await call.speak(question)
@@ -184,7 +185,7 @@ async def test_a_vanishing_client_leaks_nothing(server, runtime, question):
     await call._reader
 
     await calls_ended(server)
-    await settled(engine)
+    await settled(runtime.engine)
     engine.check_pool()
     assert call.session_id not in engine.pool.pins
     assert engine.pool.num_used == pinned_pages(engine) + len(engine.pool.lru)

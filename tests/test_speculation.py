@@ -17,19 +17,19 @@ SLOW_STOP = {"type": "session.update", "session": {"turn_detection": {"silence_d
 def requests(runtime, monkeypatch) -> list:
     """Every sequence the engine is given during the test."""
     seen = []
-    add = runtime.engine.add_request
+    add = runtime.engine.core.add_request
 
     def spy(seq):
         seen.append(seq)
         return add(seq)
 
-    monkeypatch.setattr(runtime.engine, "add_request", spy)
+    monkeypatch.setattr(runtime.engine.core, "add_request", spy)
     return seen
 
 
 async def no_leaks(runtime) -> None:
-    engine = runtime.engine
-    await settled(engine)
+    engine = runtime.engine.core
+    await settled(runtime.engine)
     engine.check_pool()
     assert engine.pool.num_used == pinned_pages(engine) + len(engine.pool.lru)  # nothing but kept prefixes
 

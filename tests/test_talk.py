@@ -24,6 +24,7 @@ import pytest_asyncio
 from helpers import QUESTION, TURN_TIMEOUT_S
 
 from voicepipe.audio import to_float32
+from voicepipe.loading import ASR_PARTIAL
 from voicepipe.playback import PlaybackBuffer
 from voicepipe.runtime import Runtime
 from voicepipe.talk import Devices, LocalCall, find_devices
@@ -150,7 +151,7 @@ async def test_a_spoken_question_is_answered_aloud(call, runtime, recording, spe
     await asyncio.sleep(1.0)  # what the sound devices still buffer
     reply = recording.audio(start, recording.position())
     assert rms(reply) > 0.01, "the speaker stayed silent"
-    heard = await runtime.engine.run_job(lambda: runtime.asr.transcribe(reply))
+    heard = await runtime.engine.run_job(ASR_PARTIAL, reply)
     said = words(answer)
     assert len(words(heard) & said) >= max(2, len(said) // 3), (heard, answer)
 

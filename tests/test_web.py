@@ -97,7 +97,7 @@ def server():
             pytest.fail(f"the server did not start within {SERVER_START_TIMEOUT_S} s")
         if "error" in box:
             raise box["error"]
-        yield SimpleNamespace(url=box["server"].url, engine=runtime.engine)
+        yield SimpleNamespace(url=box["server"].url, engine=runtime.engine.core)
     finally:
         if "server" in box:
             asyncio.run_coroutine_threadsafe(box["server"].close(), loop).result(30)

@@ -6,15 +6,15 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import websockets
 
-from scheduler import EngineConfig
 from voicepipe.audio import resample, to_pcm16
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.limits import Limits
+from voicepipe.loading import ModelOptions
 from voicepipe.pipeline import CallConfig
 from voicepipe.protocol import ServerEvent
 from voicepipe.runtime import Runtime
@@ -112,21 +112,26 @@ def spoken_questions(tts) -> list[np.ndarray]:
     return out
 
 
-async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
-                      llm_model=None, precision: str = "fp32") -> dict:
-    from voicepipe.backends.asr_whisper import WhisperASR
-    from voicepipe.backends.tts_piper import PiperTTS
-    from voicepipe.models import load_llm
+async def bench_runtime(options: ModelOptions, engine: str) -> Runtime:
+    """A warm runtime for a caller bench: the engine in its own process (as `serve` runs it) or on a thread."""
+    if engine == "process":
+        return await Runtime.spawn(options)
+    runtime = Runtime.load(options)
+    await runtime.warm_up()
+    return runtime
 
-    model, tokenizer = load_llm(llm_model)
-    asr, tts = WhisperASR(), PiperTTS()
-    questions = spoken_questions(tts)
+
+async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
+                      options: ModelOptions | None = None, engine: str = "process") -> dict:
+    from voicepipe.backends.tts_piper import PiperTTS
+
+    options = options or ModelOptions()
+    questions = spoken_questions(PiperTTS(options.tts_model if options.tts == "piper" else None))
     call_config = CallConfig(ttfa_s=deadline_s) if deadline_s else CallConfig()
-    report: dict = {"turns_per_call": turns, "ttfa_deadline_s": call_config.ttfa_s, "policies": {}}
+    report: dict = {"turns_per_call": turns, "ttfa_deadline_s": call_config.ttfa_s, "engine": engine, "policies": {}}
     for policy in policies:
-        runtime = Runtime.start(model, tokenizer, asr, tts, policy, EngineConfig(precision=precision))
+        runtime = await bench_runtime(replace(options, policy=policy), engine)
         try:
-            await runtime.warm_up()
             levels = []
             for calls in range(1, max_calls + 1):  # every level, so the policies compare at each load
                 levels.append(await run_level(runtime, calls, turns, questions, call_config))

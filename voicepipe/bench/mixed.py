@@ -9,17 +9,18 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import openai
 
-from scheduler import EngineConfig
 from voicepipe.backends.base import chat_prompt_ids
-from voicepipe.bench.calls import HeardTurn, caller, spoken_questions
+from voicepipe.bench.calls import HeardTurn, bench_runtime, caller, spoken_questions
 from voicepipe.bench.engine_modes import percentile
+from voicepipe.bench.steps import StepLog, quiet_steps, step_figures
 from voicepipe.bench.workload import FILLER, TOPICS, ApiLoad
 from voicepipe.limits import Limits
+from voicepipe.loading import ModelOptions
 from voicepipe.pipeline import CallConfig
 from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
@@ -125,12 +126,16 @@ async def run_policy(runtime: Runtime, load: ApiLoad, calls: int, turns: int, qu
                  for i, mine in enumerate(streams)]
         await until(lambda: all(any(r.tokens is not None for r in mine) for mine in streams), tasks)
         alone_start = time.monotonic()
+        steps = StepLog(runtime)
         await until(lambda: time.monotonic() >= alone_start + load.alone_s, tasks)
+        steps_alone = steps.take()
         mixed_start = time.monotonic()
         url = f"ws://127.0.0.1:{server.port}/ws"
         per_call = await asyncio.gather(*(caller(url, questions[i:] + questions[:i], turns, 0.37 * i)
                                           for i in range(calls)))
         mixed_end = time.monotonic()
+        steps_mixed = steps.take()
+        steps.close()
         await until(lambda: True, tasks)  # a stream that failed while the calls ran fails the run
     finally:
         for task in tasks:
@@ -143,6 +148,8 @@ async def run_policy(runtime: Runtime, load: ApiLoad, calls: int, turns: int, qu
     mixed = api_figures(requests, mixed_start, mixed_end)
     figures = {"calls": call_figures([r for call in per_call for r in call], call_config.ttfa_s),
                "api_alone": alone, "api_mixed": mixed,
+               "steps_api_alone": step_figures(steps_alone, load.streams),
+               "steps_mixed": step_figures(steps_mixed, load.streams),
                "api_throughput_ratio": mixed["tokens_per_s"] / alone["tokens_per_s"]}
     figures["target_met"] = (figures["calls"]["on_time_rate"] >= ON_TIME_TARGET
                              and figures["api_throughput_ratio"] >= API_RATIO_TARGET)
@@ -150,27 +157,24 @@ async def run_policy(runtime: Runtime, load: ApiLoad, calls: int, turns: int, qu
 
 
 async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
-                      llm_model=None, engine: dict | None = None) -> dict:
-    """`engine`: EngineConfig fields (device, precision) shared by every policy."""
-    from voicepipe.backends.asr_whisper import WhisperASR
+                      options: ModelOptions | None = None, engine: str = "process") -> dict:
+    """`engine`: "process" (as `serve` runs it) or "thread" (the engine beside the server, as it once ran)."""
     from voicepipe.backends.tts_piper import PiperTTS
-    from voicepipe.models import load_llm
 
     for client_log in ("httpx", "httpx2"):  # the SDK's HTTP client (one or the other) logs every request
         logging.getLogger(client_log).setLevel(logging.WARNING)
-    model, tokenizer = load_llm(llm_model)
-    asr, tts = WhisperASR(), PiperTTS()
-    questions = spoken_questions(tts)
+    options = options or ModelOptions()
+    questions = spoken_questions(PiperTTS(options.tts_model if options.tts == "piper" else None))
     call_config = CallConfig(ttfa_s=deadline_s) if deadline_s else CallConfig()
     report: dict = {"api_streams": load.streams, "prompt_tokens": load.prompt_tokens,
                     "api_max_tokens": load.max_tokens, "api_alone_s": load.alone_s, "calls": calls,
-                    "turns_per_call": turns, "ttfa_deadline_s": call_config.ttfa_s, "engine": engine or {},
-                    "policies": {}}
+                    "turns_per_call": turns, "ttfa_deadline_s": call_config.ttfa_s, "engine": engine,
+                    "device": options.device, "precision": options.llm_precision, "policies": {}}
     for policy in policies:
-        runtime = Runtime.start(model, tokenizer, asr, tts, policy, EngineConfig(**(engine or {})))
+        runtime = await bench_runtime(replace(options, policy=policy), engine)
         try:
-            await runtime.warm_up()
             report["policies"][policy] = await run_policy(runtime, load, calls, turns, questions, call_config)
+            report["policies"][policy]["steps_quiet"] = await quiet_steps(runtime, load)
             log.info("%s: %s", policy, report["policies"][policy])
         finally:
             await runtime.close()
@@ -190,3 +194,11 @@ def print_mixed(report: dict) -> None:
               f"{a['ttft_p50_s']:14.2f} / {m['ttft_p50_s']:5.2f}{a['ttft_p95_s']:14.2f} / {m['ttft_p95_s']:5.2f}"
               f"  {'met' if r['target_met'] else 'missed'}")
     print("TTFA: the calls' time to first audio (s) from the last speech sample; API: tokens/s; TTFT: s")
+    print(f"\nmodel steps (engine: {report['engine']}), p50 ms of the decode steps shaped like the API's "
+          f"(p50 / p95 of all steps):")
+    for policy, r in report["policies"].items():
+        quiet, alone, mixed = r["steps_quiet"], r["steps_api_alone"], r["steps_mixed"]
+        ratio = mixed["api_decode_p50_ms"] / quiet["api_decode_p50_ms"] if quiet["api_decode_p50_ms"] else float("nan")
+        print(f"{policy:8} quiet {quiet['api_decode_p50_ms']:7.1f}  API alone {alone['api_decode_p50_ms']:7.1f} "
+              f"({alone['p50_ms']:.0f} / {alone['p95_ms']:.0f})   mixed {mixed['api_decode_p50_ms']:7.1f} "
+              f"({mixed['p50_ms']:.0f} / {mixed['p95_ms']:.0f})   mixed/quiet {ratio:.2f}")

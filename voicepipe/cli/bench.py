@@ -44,6 +44,9 @@ def add_caller_arguments(parser: argparse.ArgumentParser, turns: int) -> None:
     parser.add_argument("--deadline", type=float, metavar="S",
                         help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--engine", choices=("process", "thread"), default="process",
+                        help="where the engine runs: its own process (as serve runs it, default) or a thread of "
+                             "the server's process (to see what the interpreter lock costs)")
     add_llm_model_arguments(parser)
 
 
@@ -90,9 +93,10 @@ def run_calls_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from voicepipe.bench.calls import bench_calls
+    from voicepipe.loading import ModelOptions
 
-    report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline, args.llm_model,
-                                     args.llm_precision))
+    report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline,
+                                     ModelOptions.pick(vars(args)), args.engine))
     report["machine"] = machine()
     for policy, result in report["policies"].items():
         print(f"\n{policy}: holds {result['max_calls_within_deadline']} calls with >= 95% of turns on time")
@@ -111,11 +115,11 @@ def run_mixed_bench(args: argparse.Namespace) -> int:
 
     from voicepipe.bench.mixed import bench_mixed, print_mixed
     from voicepipe.bench.workload import ApiLoad
-    from voicepipe.cli.options import engine_placement
+    from voicepipe.loading import ModelOptions
 
     load = ApiLoad(args.streams, args.prompt_tokens, args.api_max_tokens, args.alone)
     report = asyncio.run(bench_mixed(load, args.calls, args.turns, args.policies.split(","), args.deadline,
-                                     args.llm_model, engine_placement(args)))
+                                     ModelOptions.pick(vars(args)), args.engine))
     report["machine"] = machine()
     print_mixed(report)
     if args.json:
