@@ -3,6 +3,7 @@ engine and the server are quiet rather than after a guessed sleep."""
 
 import asyncio
 import json
+import socket
 import time
 
 import numpy as np
@@ -134,3 +135,32 @@ async def http_get(server, path: str, host: str = "127.0.0.1", headers: str = ""
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
     return int(status_line.split()[1]), headers, body
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def get(port: int, path: str) -> tuple[int, bytes] | None:
+    """(status, body) of a plain GET to a server on this machine, or None while nothing listens there."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return None
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    data = await reader.read()
+    writer.close()
+    return (int(data.split()[1]), data.partition(b"\r\n\r\n")[2]) if data else None
+
+
+async def status_of(port: int, path: str) -> int | None:
+    answer = await get(port, path)
+    return answer[0] if answer else None
+
+
+async def health(port: int) -> dict:
+    answer = await get(port, "/health")
+    assert answer is not None and answer[0] == 200, answer
+    return json.loads(answer[1])

@@ -1,39 +1,22 @@
 """`voicepipe serve` stopped with SIGTERM: the reply in progress finishes, new calls are refused, and the
-process exits 0. A real server process with the embedded models."""
+process exits 0, its engine process with it. A real server process with the embedded models."""
 
 import asyncio
 import json
+import os
 import signal
-import socket
 import sys
 import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import QUESTION, Call
+from helpers import QUESTION, Call, free_port, health, status_of
 from websockets.asyncio.client import connect
 
 from voicepipe.audio import read_audio
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 START_S = 300  # loading and warming the models on a busy 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def status_of(port: int, path: str) -> int | None:
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        return None
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-    data = await reader.read()
-    writer.close()
-    return int(data.split()[1]) if data else None
 
 
 async def test_sigterm_drains_the_calls_and_exits_cleanly(speech_wav):
@@ -47,6 +30,7 @@ async def test_sigterm_drains_the_calls_and_exits_cleanly(speech_wav):
             assert server.returncode is None, (await server.stderr.read()).decode()
             assert time.monotonic() < end, "the server did not get ready"
             await asyncio.sleep(0.5)
+        engine_pid = (await health(port))["engine_pid"]
         call = await Call.open(SimpleNamespace(port=port))
         speaking = asyncio.create_task(call.speak(read_audio(speech_wav(QUESTION), 16000), silence_s=3.0))
         created = await call.wait("response.created")
@@ -60,6 +44,8 @@ async def test_sigterm_drains_the_calls_and_exits_cleanly(speech_wav):
         assert done["response"]["status"] == "completed"
         assert any(frame for _, frame in call.frames), "the reply's audio did not arrive"
         assert await asyncio.wait_for(server.wait(), 60) == 0
+        with pytest.raises(ProcessLookupError):  # the engine process went with it
+            os.kill(engine_pid, 0)
         speaking.cancel()
         await asyncio.gather(speaking, return_exceptions=True)
         await call.close()

@@ -37,7 +37,7 @@ ASR_PARTIAL, ASR_FINAL, TTS_SENTENCE, WARM_UP = "asr_partial", "asr_final", "tts
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """Which models, on which device, under which policy; `engine` holds more EngineConfig fields."""
+    """Which models, on which device, under which policy; `engine_fields` holds more EngineConfig fields."""
 
     llm_model: str | None = None
     asr_model: str | None = None
@@ -46,7 +46,8 @@ class ModelOptions:
     device: str = "auto"
     llm_precision: str | None = None
     policy: str = "o4"
-    engine: dict[str, Any] = field(default_factory=dict)
+    torch_threads: int | None = None  # torch's intra-op threads in the engine (None: torch's own choice)
+    engine_fields: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def pick(cls, values: dict[str, Any]) -> "ModelOptions":
@@ -83,7 +84,7 @@ def engine_config(options: ModelOptions) -> "EngineConfig":
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {options.policy!r}")
     resolve_llm(options.llm_model)
     resolve_asr(options.asr_model)
-    return EngineConfig(**{**options.engine, **placement(options), "policy": options.policy})
+    return EngineConfig(**{**options.engine_fields, **placement(options), "policy": options.policy})
 
 
 def load_voice_models(options: ModelOptions, device: str) -> tuple[ASR, TTS]:
@@ -160,6 +161,10 @@ def build_engine(**values: Any) -> tuple["Engine", dict[str, Any]]:
 
     threads.configure()  # before torch or CTranslate2 loads in this process
     options = ModelOptions(**values)
+    if options.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(options.torch_threads)
     config = engine_config(options)
     asr, tts = load_voice_models(options, config.device)
     phase("loading the LLM")

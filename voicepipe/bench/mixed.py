@@ -169,12 +169,15 @@ async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str]
     report: dict = {"api_streams": load.streams, "prompt_tokens": load.prompt_tokens,
                     "api_max_tokens": load.max_tokens, "api_alone_s": load.alone_s, "calls": calls,
                     "turns_per_call": turns, "ttfa_deadline_s": call_config.ttfa_s, "engine": engine,
-                    "device": options.device, "precision": options.llm_precision, "policies": {}}
+                    "device": options.device, "precision": options.llm_precision,
+                    "torch_threads": options.torch_threads, "policies": {}}
     for policy in policies:
         runtime = await bench_runtime(replace(options, policy=policy), engine)
         try:
             report["policies"][policy] = await run_policy(runtime, load, calls, turns, questions, call_config)
-            report["policies"][policy]["steps_quiet"] = await quiet_steps(runtime, load)
+            prompts = [chat_prompt_ids(runtime.tokenizer, [{"role": "user", "content": p}])
+                       for p in api_prompts(runtime.tokenizer, load.streams, load.prompt_tokens, seed=1)]
+            report["policies"][policy]["steps_quiet"] = await quiet_steps(runtime, prompts, load.max_tokens)
             log.info("%s: %s", policy, report["policies"][policy])
         finally:
             await runtime.close()
@@ -185,15 +188,18 @@ def print_mixed(report: dict) -> None:
     print(f"\n{report['calls']} calls x {report['turns_per_call']} turns beside {report['api_streams']} API streams "
           f"(prompts ~{report['prompt_tokens']} tokens, max_tokens {report['api_max_tokens']}); "
           f"turn deadline {report['ttfa_deadline_s']} s")
-    print(f"{'policy':8}{'TTFA p50':>10}{'TTFA p95':>10}{'on time':>9}{'API alone':>11}{'API mixed':>11}"
+    print(f"{'policy':8}{'TTFA p50':>10}{'TTFA p95':>10}{'on time':>9}{'server':>8}{'API alone':>11}{'API mixed':>11}"
           f"{'ratio':>7}{'TTFT p50 alone/mixed':>22}{'TTFT p95 alone/mixed':>22}  target")
     for policy, r in report["policies"].items():
         c, a, m = r["calls"], r["api_alone"], r["api_mixed"]
         print(f"{policy:8}{c['ttfa_p50_s']:10.2f}{c['ttfa_p95_s']:10.2f}{c['on_time_rate']:9.0%}"
+              f"{c['server_deadline_met_rate']:8.0%}"
               f"{a['tokens_per_s']:11.1f}{m['tokens_per_s']:11.1f}{r['api_throughput_ratio']:7.2f}"
               f"{a['ttft_p50_s']:14.2f} / {m['ttft_p50_s']:5.2f}{a['ttft_p95_s']:14.2f} / {m['ttft_p95_s']:5.2f}"
               f"  {'met' if r['target_met'] else 'missed'}")
-    print("TTFA: the calls' time to first audio (s) from the last speech sample; API: tokens/s; TTFT: s")
+    print("TTFA: the calls' time to first audio (s) from the last speech sample; on time: the server met the "
+          "deadline (from the confirmed end of speech) and the caller heard audio within it; server: the server "
+          "met it; API: tokens/s; TTFT: s")
     print(f"\nmodel steps (engine: {report['engine']}), p50 ms of the decode steps shaped like the API's "
           f"(p50 / p95 of all steps):")
     for policy, r in report["policies"].items():

@@ -47,17 +47,17 @@ def step_figures(steps: list[dict], streams: int) -> dict:
             "api_decode_steps": len(decodes), "api_decode_p50_ms": 1000 * percentile(decodes, 50)}
 
 
-async def quiet_steps(runtime: Runtime, load, tokens: int = 40) -> dict:
-    """The same decode steps on an engine with no server work beside it: `load.streams` requests straight to
-    the engine, short prompts, a fixed length."""
+async def quiet_steps(runtime: Runtime, prompts: list[list[int]], tokens: int) -> dict:
+    """The same decode steps on an engine with no server work beside it: the API load's prompts straight to
+    the engine, all at once, to the API's length."""
     steps = StepLog(runtime)
     params = SamplingParams(max_tokens=tokens, ignore_eos=True)
 
-    async def one(n: int) -> None:
-        async for _ in runtime.engine.generate([1 + n, 2, 3, 4], params, RequestClass.BATCH):
+    async def one(prompt: list[int]) -> None:
+        async for _ in runtime.engine.generate(prompt, params, RequestClass.BATCH):
             pass
 
-    await asyncio.gather(*(one(n) for n in range(load.streams)))
+    await asyncio.gather(*(one(p) for p in prompts))
     await asyncio.sleep(2 * POLL_S)
     steps.close()
-    return step_figures(steps.take(), load.streams)
+    return step_figures(steps.take(), len(prompts))

@@ -47,6 +47,7 @@ def add_caller_arguments(parser: argparse.ArgumentParser, turns: int) -> None:
     parser.add_argument("--engine", choices=("process", "thread"), default="process",
                         help="where the engine runs: its own process (as serve runs it, default) or a thread of "
                              "the server's process (to see what the interpreter lock costs)")
+    parser.add_argument("--torch-threads", type=int, metavar="N", help="torch's threads in the engine process")
     add_llm_model_arguments(parser)
 
 
@@ -72,6 +73,26 @@ def add_threads_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset of "
                         + ",".join(POLICIES))
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+
+
+def add_ipc_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", default="tiny", help="random-weight model shape (default tiny: the channel's "
+                                                        "cost shows; 'default' is SmolLM2-135M's)")
+    parser.add_argument("--streams", type=int, default=8, help="concurrent requests (default 8)")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens each (default 64)")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+
+
+def run_ipc_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from voicepipe.bench.ipc import bench_ipc, print_ipc
+
+    report = {"machine": machine(), **asyncio.run(bench_ipc(args.shape, args.streams, args.tokens))}
+    print_ipc(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
 
 
 def run_threads_bench(args: argparse.Namespace) -> int:
@@ -281,6 +302,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         (add_mixed_arguments, "mixed", "voice calls beside streams of /v1/chat/completions, o4 vs fcfs"),
         (add_threads_arguments, "threads", "thread-pool policies of torch, CTranslate2 and onnxruntime, each in a "
                                            "fresh process"),
+        (add_ipc_arguments, "ipc", "the channel to the engine process against a thread and the bare core"),
     ]
     for add_arguments, name, description in benches:
         sub = which.add_parser(name, help=description)
@@ -290,5 +312,5 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
-            "threads": run_threads_bench}
+            "threads": run_threads_bench, "ipc": run_ipc_bench}
     return runs[args.bench](args)

@@ -30,7 +30,8 @@ def build_app(server: "VoiceServer") -> FastAPI:
     @app.get("/health")
     async def health() -> dict:
         """The server process answers; whether the engine does too is /ready's question."""
-        return {"status": "ok", "engine": "up" if runtime.engine.alive else "down"}
+        return {"status": "ok", "engine": "up" if runtime.engine.alive else "down",
+                "engine_pid": getattr(runtime.engine, "pid", None)}
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
