@@ -60,6 +60,7 @@ class FakeEngine:
         self.tokenizer, self.replies, self.default_reply = tokenizer, replies or {}, default_reply
         self.handlers = device_jobs(asr or FakeASR(""), tts or FakeTTS())
         self.alive = True
+        self.max_context = 2048
         self.requests: list[Request] = []
         self.jobs: list[tuple[str, RequestClass]] = []
         self.promoted: list[tuple[str, RequestClass]] = []

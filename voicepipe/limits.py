@@ -12,3 +12,8 @@ class Limits:
     max_message_bytes: int = 1 << 20
     max_utterance_s: float = 30.0
     idle_timeout_s: float = 300.0
+    # The text API: a request without max_tokens gets this many at most (none may claim the whole context
+    # and hold both cores for minutes), and at most this many text requests wait or run at once; more are
+    # answered 429. Calls are never refused for text traffic.
+    text_max_tokens: int = 512
+    max_text_requests: int = 32

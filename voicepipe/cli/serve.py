@@ -33,6 +33,17 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"longest reply of a call, in tokens (default: {DEFAULTS.max_tokens})")
     parser.add_argument("--temperature", type=flag_type("temperature"), metavar="T",
                         help="sampling temperature of calls; 0 is greedy (default)")
+    parser.add_argument("--max-batch-tokens", type=flag_type("max_batch_tokens"), metavar="N",
+                        help=f"the engine's token budget per step, at start (default: {DEFAULTS.max_batch_tokens})")
+    parser.add_argument("--max-batch-seqs", type=flag_type("max_batch_seqs"), metavar="N",
+                        help=f"the engine's sequences per step, at start (default: {DEFAULTS.max_batch_seqs})")
+    text = parser.add_argument_group("text API")
+    text.add_argument("--text-max-tokens", type=flag_type("text_max_tokens"), metavar="N",
+                      help="max_tokens of a chat completion that gives none, and the most one may ask for "
+                           f"(default: {DEFAULTS.text_max_tokens})")
+    text.add_argument("--max-text-requests", type=flag_type("max_text_requests"), metavar="N",
+                      help="chat completions waiting or running at once; more are answered 429 "
+                           f"(default: {DEFAULTS.max_text_requests})")
     security = parser.add_argument_group("security")
     security.add_argument("--api-key", type=flag_type("api_key"), metavar="KEY",
                           help="key every client must present (also VOICEPIPE_API_KEY; default: none)")

@@ -4,9 +4,11 @@ Text requests run as INTERACTIVE: they fill the device around the calls' REALTIM
 scheduler serves first, so a busy text API does not make a caller wait.
 """
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -59,14 +61,32 @@ class ChatRequest(BaseModel):
     n: int = Field(1, ge=1, le=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # Not done yet: refused by `unsupported` rather than ignored, so a client asking for them knows.
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
 
-    def sampling(self, limit: int) -> SamplingParams:
+    def unsupported(self) -> str | None:
+        """The first parameter asked for that this server cannot honour yet, if any."""
+        asked = {"tools": bool(self.tools), "tool_choice": self.tool_choice not in (None, "none"),
+                 "functions": bool(self.functions), "function_call": self.function_call not in (None, "none"),
+                 "response_format": (self.response_format or {"type": "text"}).get("type") != "text",
+                 "logprobs": bool(self.logprobs), "top_logprobs": bool(self.top_logprobs)}
+        return next((name for name, wanted in asked.items() if wanted), None)
+
+    def sampling(self, limit: int, default_max_tokens: int) -> SamplingParams:
+        """`limit`: what the context leaves; a request that names no length gets `default_max_tokens`, and
+        none gets more than that bound either (a runaway request holds the device for minutes)."""
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if len(stop) > MAX_STOP or not all(stop):
             raise ValueError(f"stop takes at most {MAX_STOP} non-empty strings")
-        wanted = self.max_completion_tokens or self.max_tokens or limit
-        return SamplingParams(max_tokens=min(wanted, limit), temperature=self.temperature, top_p=self.top_p,
-                              stop=tuple(stop), seed=self.seed)
+        wanted = self.max_completion_tokens or self.max_tokens or default_max_tokens
+        return SamplingParams(max_tokens=min(wanted, limit, default_max_tokens), temperature=self.temperature,
+                              top_p=self.top_p, stop=tuple(stop), seed=self.seed)
 
 
 def openai_error(status: int, message: str, code: str | None = None, param: str | None = None,
@@ -79,6 +99,9 @@ def build_router(server: "VoiceServer") -> APIRouter:
     router = APIRouter(prefix="/v1")
     runtime = server.runtime
     model_id = runtime.model_id
+    # Text requests admitted and not yet finished: a stream's body, or a token while a whole answer is
+    # written. Weak, so a stream whose client left before it began (its body never run) is not counted on.
+    in_flight: weakref.WeakSet = weakref.WeakSet()
     created = int(time.time())
 
     @router.get("/models")
@@ -93,10 +116,14 @@ def build_router(server: "VoiceServer") -> APIRouter:
         return {"id": model_id, "object": "model", "created": created, "owned_by": "voicepipe"}
 
     @router.post("/chat/completions")
-    async def chat_completions(body: ChatRequest) -> Any:
+    async def chat_completions(body: ChatRequest, request: Request) -> Any:
         limit = runtime.engine.max_context
+        unsupported = body.unsupported()
+        if unsupported is not None:
+            return counted(openai_error(400, f"{unsupported!r} is not supported by this server yet",
+                                        "unsupported_parameter", unsupported))
         try:
-            params = body.sampling(limit)
+            params = body.sampling(limit, server.limits.text_max_tokens)
         except ValueError as e:
             return counted(openai_error(400, str(e), "invalid_value", "stop"))
         prompt = chat_prompt_ids(runtime.tokenizer, [m.as_chat() for m in body.messages])
@@ -107,16 +134,25 @@ def build_router(server: "VoiceServer") -> APIRouter:
         if not runtime.engine.alive:
             return counted(openai_error(503, "the engine is restarting; try again in a few seconds",
                                         "engine_unavailable", kind="server_error"))
+        if len(in_flight) >= server.limits.max_text_requests:
+            response = openai_error(429, f"this server runs at most {server.limits.max_text_requests} text "
+                                    "requests at once; try again shortly", "too_many_requests", kind="requests")
+            response.headers["Retry-After"] = "1"
+            return counted(response)
         completion = Completion(new_id("chatcmpl"), model_id, len(prompt))
         stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
         server.metrics.api_requests.labels("chat.completions", "200").inc()
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(completion.sse(stream, usage), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        async with aclosing(stream) as outputs:
-            async for out in outputs:
-                completion.add(out.text, out.finish_reason, out.token_id is not None)
+            events = completion.sse(stream, usage, lambda: in_flight.discard(events))
+            in_flight.add(events)
+            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        ticket = Ticket()
+        in_flight.add(ticket)
+        try:
+            await until_done_or_gone(completion.collect(stream), request)
+        finally:
+            in_flight.discard(ticket)
         if completion.error is not None:
             return counted(openai_error(500, completion.error, "engine_error", kind="server_error"))
         return completion.whole()
@@ -125,7 +161,38 @@ def build_router(server: "VoiceServer") -> APIRouter:
         server.metrics.api_requests.labels("chat.completions", str(response.status_code)).inc()
         return response
 
+    @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    async def unknown(path: str) -> JSONResponse:
+        """What OpenAI answers for a path it does not have, which its SDKs show as a NotFoundError."""
+        return openai_error(404, f"this server has no /v1/{path}", "unknown_url")
+
     return router
+
+
+class Ticket:
+    """A non-streaming request's place among the text requests in flight."""
+
+
+async def until_done_or_gone(work: "asyncio.Future | Any", request: Request) -> None:
+    """Run `work` until it finishes, or until the client disconnects: then it is cancelled, which aborts
+    its engine request (the client of a non-streaming request that gives up must not leave it running)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, gone, return_exceptions=True)
+    if not task.cancelled():
+        task.result()
+
+
+async def disconnected(request: Request) -> None:
+    """Returns when the client has gone (the body is read: the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -156,13 +223,19 @@ class Completion:
             if finish_reason.startswith("error"):
                 self.error = finish_reason.removeprefix("error: ")
 
+    async def collect(self, stream: AsyncIterator) -> None:
+        async with aclosing(stream) as outputs:
+            async for out in outputs:
+                self.add(out.text, out.finish_reason, out.token_id is not None)
+
     def usage(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
                 "total_tokens": self.prompt_tokens + self.tokens}
 
     def whole(self) -> dict:
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text},
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text,
+                                                         "refusal": None},
                              "finish_reason": self.finish_reason, "logprobs": None}],
                 "usage": self.usage()}
 
@@ -174,19 +247,23 @@ class Completion:
                 "choices": choices, **extra}
         return f"data: {json.dumps(body)}\n\n"
 
-    async def sse(self, stream: AsyncIterator, usage: bool) -> AsyncIterator[str]:
-        """Server-sent events as OpenAI streams them; a client that goes away aborts the request."""
-        yield self.chunk({"role": "assistant", "content": ""})
-        async with aclosing(stream) as outputs:
-            async for out in outputs:
-                self.add(out.text, out.finish_reason, out.token_id is not None)
-                if out.text:
-                    yield self.chunk({"content": out.text})
-        if self.error is not None:  # as OpenAI streams a failure: an error event, which its SDKs raise
-            error = {"message": self.error, "type": "server_error", "param": None, "code": "engine_error"}
-            yield f"data: {json.dumps({'error': error})}\n\n"
-            return
-        yield self.chunk({}, self.finish_reason)
-        if usage:
-            yield self.chunk(None, usage=self.usage())
-        yield "data: [DONE]\n\n"
+    async def sse(self, stream: AsyncIterator, usage: bool, finished: Callable[[], None]) -> AsyncIterator[str]:
+        """Server-sent events as OpenAI streams them; a client that goes away aborts the request. `finished`
+        is called however the stream ends."""
+        try:
+            yield self.chunk({"role": "assistant", "content": "", "refusal": None})
+            async with aclosing(stream) as outputs:
+                async for out in outputs:
+                    self.add(out.text, out.finish_reason, out.token_id is not None)
+                    if out.text:
+                        yield self.chunk({"content": out.text})
+            if self.error is not None:  # as OpenAI streams a failure: an error event, which its SDKs raise
+                error = {"message": self.error, "type": "server_error", "param": None, "code": "engine_error"}
+                yield f"data: {json.dumps({'error': error})}\n\n"
+                return
+            yield self.chunk({}, self.finish_reason)
+            if usage:
+                yield self.chunk(None, usage=self.usage())
+            yield "data: [DONE]\n\n"
+        finally:
+            finished()

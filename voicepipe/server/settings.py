@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scheduler.config import KNOBS as KNOB_RANGES
 from voicepipe.backends.tts_select import TTS_CHOICES
 from voicepipe.cli.options import DEVICES, POLICIES, PRECISIONS
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
@@ -43,6 +44,10 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     max_calls: int = 4
+    text_max_tokens: int = 512  # a text request's max_tokens when it gives none, and its ceiling
+    max_text_requests: int = 32  # text requests waiting or running at once; more get 429
+    max_batch_tokens: int = 256  # the engine's two knobs at start (the page may turn them later)
+    max_batch_seqs: int = 32
     ttfa_deadline: float = 1.5  # seconds from the end of speech to a turn's first audio
     api_key: str | None = None
     allow_origins: tuple[str, ...] = ()  # other origins whose pages may open the websockets
@@ -65,7 +70,8 @@ class ServeSettings:
     tts_model: str | None = None
 
     def limits(self) -> Limits:
-        return Limits(max_calls=self.max_calls)
+        return Limits(max_calls=self.max_calls, text_max_tokens=self.text_max_tokens,
+                      max_text_requests=self.max_text_requests)
 
     def call_config(self) -> "CallConfig":
         from voicepipe.pipeline import CallConfig
@@ -84,8 +90,11 @@ class ServeSettings:
         return is_loopback(self.host)
 
     def model_options(self) -> dict[str, str | None]:
-        """The model settings, keyed as the runtime's command-line options are."""
-        return {name: value for name, value in asdict(self).items() if name in MODEL_FIELDS}
+        """The model settings, keyed as the runtime's command-line options are, the knobs among the engine's
+        fields."""
+        options: dict[str, Any] = {name: value for name, value in asdict(self).items() if name in MODEL_FIELDS}
+        options["engine_fields"] = {"max_batch_tokens": self.max_batch_tokens, "max_batch_seqs": self.max_batch_seqs}
+        return options
 
 
 MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "device", "asr_model", "tts", "tts_model")
@@ -132,8 +141,20 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str], None]:
     return check
 
 
+def _knob(name: str) -> Callable[[int], None]:
+    lo, hi = KNOB_RANGES[name]
+
+    def check(value: int) -> None:
+        if not lo <= value <= hi:
+            raise SettingsError(f"must be an integer in [{lo}, {hi}], got {value}")
+
+    return check
+
+
 CHECKS: dict[str, Callable[[Any], None]] = {
     "host": _not_empty, "port": _port, "max_calls": _at_least_one, "ttfa_deadline": _positive,
+    "text_max_tokens": _at_least_one, "max_text_requests": _at_least_one,
+    "max_batch_tokens": _knob("max_batch_tokens"), "max_batch_seqs": _knob("max_batch_seqs"),
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
     "replicas": _not_negative, "ray_address": _not_empty,

@@ -1,0 +1,102 @@
+"""The text API cannot run away: unsupported parameters are refused by name, a request gets a bounded
+length, at most N wait or run at once (429 beyond), a client that leaves a whole answer aborts it, and
+unknown paths answer in OpenAI's shape. A real server over the fake engine: milliseconds."""
+
+import asyncio
+import json
+import time
+
+import pytest
+import pytest_asyncio
+from fakes import FakeEngine, FakeTokenizer
+
+from voicepipe.limits import Limits
+from voicepipe.runtime import Runtime
+from voicepipe.server import VoiceServer
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def served():
+    engine = FakeEngine(FakeTokenizer(), default_reply="one two three four five six")
+    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
+    server = VoiceServer(runtime, Limits(max_text_requests=2, text_max_tokens=5))
+    await server.start("127.0.0.1", 0)
+    yield server, engine
+    engine.gate.set()
+    await server.close()
+
+
+async def post(server, body: dict, path: str = "/v1/chat/completions") -> tuple[int, dict, dict]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    data = json.dumps(body)
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n{data}".encode())
+    raw = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, json.loads(payload) if payload else {}
+
+
+def chat(**extra) -> dict:
+    return {"model": "fake-model", "messages": [{"role": "user", "content": "Hello?"}], **extra}
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"logprobs": True}, "logprobs"),
+])
+async def test_parameters_not_supported_yet_are_refused_by_name(served, extra, param):
+    status, _, body = await post(served[0], chat(**extra))
+    assert status == 400 and body["error"]["param"] == param and body["error"]["code"] == "unsupported_parameter"
+
+
+async def test_a_request_gets_a_bounded_length_and_a_refusal_field(served):
+    server, engine = served
+    status, _, body = await post(server, chat(response_format={"type": "text"}, tool_choice="none"))
+    assert status == 200 and body["choices"][0]["message"]["refusal"] is None
+    assert engine.requests[-1].params.max_tokens == 5  # none given: the server's bound
+    await post(server, chat(max_tokens=100_000))
+    assert engine.requests[-1].params.max_tokens == 5  # asked for more: the same bound
+
+
+async def test_more_text_requests_than_allowed_are_answered_429(served):
+    server, engine = served
+    engine.gate.clear()  # the engine is busy: nothing finishes
+    held = [asyncio.create_task(post(server, chat())) for _ in range(2)]
+    while sum(not r.closed for r in engine.requests) < 2:
+        await asyncio.sleep(0.01)
+    status, headers, body = await post(server, chat())
+    assert status == 429 and headers["retry-after"] == "1" and body["error"]["code"] == "too_many_requests"
+    engine.gate.set()
+    assert [status for status, _, _ in await asyncio.gather(*held)] == [200, 200]
+    assert (await post(server, chat()))[0] == 200  # room again
+
+
+async def test_a_client_leaving_a_whole_answer_aborts_its_request(served):
+    server, engine = served
+    engine.gate.clear()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    data = json.dumps(chat())
+    writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n{data}".encode())
+    while not engine.requests or engine.requests[-1].closed:
+        await asyncio.sleep(0.01)
+    request = engine.requests[-1]
+    writer.close()
+    end = time.monotonic() + 1.0
+    while not request.closed:
+        assert time.monotonic() < end, "the request went on after its client left"
+        await asyncio.sleep(0.01)
+    assert request.tokens == 0
+    engine.gate.set()
+
+
+async def test_an_unknown_path_answers_404_in_openai_shape(served):
+    status, _, body = await post(served[0], {}, "/v1/embeddings")
+    assert status == 404 and body["error"]["code"] == "unknown_url"
