@@ -168,7 +168,10 @@ class ProcessEngine(EngineClient):
 def serve(factory: Factory, options: dict[str, Any], commands: str, events: str, parent: int) -> None:
     """The engine process: load the models, say Ready, then run the driver's loop until Shutdown or until
     the server is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the server, which stops this process
+    # Ctrl-C, or a SIGTERM sent to the whole process group, is the server's to handle: it drains its calls,
+    # which still need this engine, and then stops it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     context = zmq.Context()
     inbox, outbox = context.socket(zmq.PULL), context.socket(zmq.PUSH)
     for sock, address in ((inbox, commands), (outbox, events)):
