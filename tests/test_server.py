@@ -1,7 +1,8 @@
 """The server end to end: a real websockets server on a loopback port, the real models, real clients.
 
 Speech is espeak-ng audio streamed in 20 ms frames in real time, as a microphone would send it. The server
-runs on this test module's event loop, so its tasks can be counted and its engine inspected directly.
+runs on this test module's event loop, so its tasks can be counted; its engine runs in a process of its
+own, as `serve` runs it, and what it holds is read through the channel.
 """
 
 import asyncio
@@ -9,6 +10,7 @@ import base64
 
 import numpy as np
 import pytest
+import pytest_asyncio
 from helpers import (
     FRAME,
     LONG_QUESTION,
@@ -26,10 +28,19 @@ from websockets.asyncio.client import connect
 
 from voicepipe.audio import read_audio, resample, to_float32
 from voicepipe.limits import Limits
-from voicepipe.loading import ASR_PARTIAL
+from voicepipe.loading import ASR_PARTIAL, ModelOptions
+from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def runtime():
+    """The embedded models in an engine process (float32, as the in-process fixture's)."""
+    runtime = await Runtime.spawn(ModelOptions(llm_precision="fp32"))
+    yield runtime
+    await runtime.close()
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +105,10 @@ async def test_barge_in_cancels_the_reply(server, runtime, speech_wav, words):
         full = reply_text(call, first)
         assert len(heard.split()) < len(full.split()) and words(heard) <= words(full)
 
-        engine = runtime.engine.core
-        await settled(runtime.engine)
-        engine.check_pool()
-        assert session.id in engine.pool.pins  # the conversation prefix is kept for the next turn...
-        assert engine.pool.num_used == pinned_pages(engine) + len(engine.pool.lru)  # ...and nothing else is held
+        held = await settled(runtime.engine)
+        assert held["pool_error"] is None
+        assert session.id in held["pinned"]  # the conversation prefix is kept for the next turn...
+        assert held["used_pages"] == pinned_pages(held) + held["cached_pages"]  # ...and nothing else is held
     finally:
         await call.close()
 
@@ -174,7 +184,6 @@ async def test_bad_messages_get_errors_and_the_calls_go_on(server, runtime):
 
 
 async def test_a_vanishing_client_leaks_nothing(server, runtime, question):
-    engine = runtime.engine.core
     await calls_ended(server)
     await settled(runtime.engine)
     tasks_before = len(asyncio.all_tasks())
@@ -185,10 +194,9 @@ async def test_a_vanishing_client_leaks_nothing(server, runtime, question):
     await call._reader
 
     await calls_ended(server)
-    await settled(runtime.engine)
-    engine.check_pool()
-    assert call.session_id not in engine.pool.pins
-    assert engine.pool.num_used == pinned_pages(engine) + len(engine.pool.lru)
+    held = await settled(runtime.engine)
+    assert held["pool_error"] is None and call.session_id not in held["pinned"]
+    assert held["used_pages"] == pinned_pages(held) + held["cached_pages"]
     assert len(asyncio.all_tasks()) == tasks_before
 
 

@@ -6,6 +6,7 @@ what the calls cost the API and what the API costs the calls show side by side."
 import asyncio
 import itertools
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -157,10 +158,13 @@ async def run_policy(runtime: Runtime, load: ApiLoad, calls: int, turns: int, qu
 
 
 async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
-                      options: ModelOptions | None = None, engine: str = "process") -> dict:
-    """`engine`: "process" (as `serve` runs it) or "thread" (the engine beside the server, as it once ran)."""
+                      options: ModelOptions | None = None, engine: str = "process", server_nice: int = 0) -> dict:
+    """`engine`: "process" (as `serve` runs it) or "thread" (the engine beside the server, as it once ran);
+    `server_nice`: the niceness this process (server and clients) takes once the engine process runs."""
     from voicepipe.backends.tts_piper import PiperTTS
 
+    if server_nice and len(policies) > 1:  # the next policy's engine would inherit it: it cannot be taken back
+        raise ValueError("--server-nice measures one policy at a time")
     for client_log in ("httpx", "httpx2"):  # the SDK's HTTP client (one or the other) logs every request
         logging.getLogger(client_log).setLevel(logging.WARNING)
     options = options or ModelOptions()
@@ -173,11 +177,15 @@ async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str]
                     "torch_threads": options.torch_threads, "policies": {}}
     for policy in policies:
         runtime = await bench_runtime(replace(options, policy=policy), engine)
+        nice = os.nice(0)
+        if server_nice:
+            os.nice(server_nice)
         try:
             report["policies"][policy] = await run_policy(runtime, load, calls, turns, questions, call_config)
             prompts = [chat_prompt_ids(runtime.tokenizer, [{"role": "user", "content": p}])
                        for p in api_prompts(runtime.tokenizer, load.streams, load.prompt_tokens, seed=1)]
             report["policies"][policy]["steps_quiet"] = await quiet_steps(runtime, prompts, load.max_tokens)
+            report["policies"][policy]["server_nice"] = os.nice(0) - nice
             log.info("%s: %s", policy, report["policies"][policy])
         finally:
             await runtime.close()

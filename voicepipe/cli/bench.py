@@ -65,6 +65,9 @@ def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alone", type=float, default=d.alone_s, metavar="S",
                         help=f"seconds API throughput is measured without calls (default {d.alone_s:g})")
     add_caller_arguments(parser, turns=10)
+    parser.add_argument("--server-nice", type=int, default=0, metavar="N",
+                        help="niceness the server process (and the bench's clients) takes once the engine process "
+                             "runs, so the engine wins the cores (default 0)")
 
 
 def add_threads_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,7 +143,7 @@ def run_mixed_bench(args: argparse.Namespace) -> int:
 
     load = ApiLoad(args.streams, args.prompt_tokens, args.api_max_tokens, args.alone)
     report = asyncio.run(bench_mixed(load, args.calls, args.turns, args.policies.split(","), args.deadline,
-                                     ModelOptions.pick(vars(args)), args.engine))
+                                     ModelOptions.pick(vars(args)), args.engine, args.server_nice))
     report["machine"] = machine()
     print_mixed(report)
     if args.json:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from scheduler.client import EngineUnavailable
 from voicepipe.pipeline.events import Error, Event
 
 log = logging.getLogger(__name__)
@@ -72,9 +73,15 @@ class Pipeline:
 
     def _finished(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("pipeline task failed", exc_info=task.exception())
-            self.queues[-1].put_nowait(Error("internal_error", "the server hit an internal error", "server_error"))
+        if task.cancelled() or task.exception() is None:
+            return
+        if isinstance(task.exception(), EngineUnavailable):  # not a bug here: the engine is restarting
+            log.warning("a turn's device work was lost with the engine: %s", task.exception())
+            self.queues[-1].put_nowait(Error("engine_unavailable", "the engine is restarting; speak again in a few "
+                                             "seconds", "server_error"))
+            return
+        log.error("pipeline task failed", exc_info=task.exception())
+        self.queues[-1].put_nowait(Error("internal_error", "the server hit an internal error", "server_error"))
 
     async def _run(self, stage: Stage, queue: asyncio.Queue[Event]) -> None:
         while True:
