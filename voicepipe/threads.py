@@ -1,6 +1,6 @@
 """How torch, CTranslate2 and onnxruntime share a small CPU: one policy for every entry point.
 
-All device work runs one job at a time on the engine thread, so each runtime may use every core while its
+All device work runs one job at a time in the engine (its own process), so each runtime may use every core while its
 job runs. What decides speed is what the idle threads do between jobs. torch and CTranslate2 each bring
 their own GNU OpenMP runtime, whose worker threads spin for a while after each parallel region before they
 sleep. Spinning is what keeps back-to-back small ops fast (a model step is hundreds of them); spinning long

@@ -86,6 +86,22 @@ def add_ipc_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
 
 
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+
+
+def run_convoy_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from voicepipe.bench.convoy import bench_convoy, print_convoy
+
+    report = {"machine": machine(), **asyncio.run(bench_convoy())}
+    print_convoy(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
 def run_ipc_bench(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -306,6 +322,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         (add_threads_arguments, "threads", "thread-pool policies of torch, CTranslate2 and onnxruntime, each in a "
                                            "fresh process"),
         (add_ipc_arguments, "ipc", "the channel to the engine process against a thread and the bare core"),
+        (add_json_argument, "convoy", "the same model steps alone and beside a busy server, the engine on a "
+                                      "thread and in its own process"),
     ]
     for add_arguments, name, description in benches:
         sub = which.add_parser(name, help=description)
@@ -315,5 +333,5 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
-            "threads": run_threads_bench, "ipc": run_ipc_bench}
+            "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench}
     return runs[args.bench](args)

@@ -1,0 +1,133 @@
+"""`voicepipe bench convoy`: the same model steps alone and beside a busy server, with the engine on a thread
+of the server's process and in a process of its own.
+
+A busy server is stood in for by a thread doing what a websocket/SSE server does all day: JSON of small
+audio messages. Beside it, an engine on a thread waits for the interpreter lock at every torch op (the
+convoy); an engine process shares only the cores. The steps are timed inside the engine (the model's own
+run, as its metrics record it): a batch-1 decode, and a step carrying a 224-token prompt with 16 decodes.
+"""
+
+import asyncio
+import base64
+import json
+import threading
+from typing import Any
+
+from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
+from scheduler.client import EngineClient, LocalEngine
+from scheduler.engine_process import ProcessEngine
+from voicepipe.bench.engine_modes import percentile
+
+PROMPT = 224
+DECODES = 16
+CONFIG = {"precision": "int8", "shard_tokens": PROMPT, "max_batch_tokens": PROMPT + DECODES, "num_slabs": 24}
+
+
+def llm_engine(torch_threads: int | None = None, **config: Any) -> tuple[Engine, dict]:
+    """The embedded LLM alone, as the engine process's factory."""
+    import torch
+
+    from voicepipe import threads
+    from voicepipe.models import load_llm
+
+    threads.configure()
+    if torch_threads is not None:
+        torch.set_num_threads(torch_threads)
+    model, tokenizer = load_llm()
+    return Engine(model, tokenizer, EngineConfig(**config)), {}
+
+
+class BusyServer:
+    """A thread encoding and decoding small audio messages as fast as it can, until stopped."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="busy-server", daemon=True)
+        self.messages = 0
+
+    def __enter__(self) -> "BusyServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _work(self) -> None:
+        audio = base64.b64encode(bytes(640)).decode()  # 20 ms of 16 kHz PCM16
+        while not self._stop.is_set():
+            message = json.dumps({"type": "input_audio_buffer.append", "audio": audio, "event_id": "e"})
+            json.loads(message)
+            self.messages += 1
+
+
+async def timed_steps(engine: EngineClient, rounds: int = 3, tokens: int = 16) -> dict:
+    """Decode steps of one request (`tokens` of them), then `rounds` steps of a 224-token prompt beside 16
+    decoding requests."""
+    async def run(prompt: list[int], tokens: int) -> None:
+        async for _ in engine.generate(prompt, SamplingParams(max_tokens=tokens, ignore_eos=True),
+                                       RequestClass.BATCH):
+            pass
+
+    async def new_steps(seen: set[float]) -> list[dict]:  # a snapshot holds the last 50: read before they go
+        return [s for s in (await engine.snapshot())["steps"] if s["t"] not in seen]
+
+    seen = {s["t"] for s in await new_steps(set())}
+    await run(list(range(10, 42)), tokens)
+    steps = await new_steps(seen)
+    single = [s["duration_s"] for s in steps if s["seqs"] == 1 and s["decode_tokens"] == 1]
+    seen |= {s["t"] for s in steps}
+    mixed: list[float] = []
+    for _ in range(rounds):
+        decodes = [asyncio.create_task(run([50 + n, 51, 52, 53], 4)) for n in range(DECODES)]
+        await asyncio.sleep(0.3)  # they are decoding
+        await run(list(range(100, 100 + PROMPT)), 1)
+        await asyncio.gather(*decodes)
+        steps = await new_steps(seen)
+        seen |= {s["t"] for s in steps}
+        mixed += [s["duration_s"] for s in steps if any(c["n"] == PROMPT for c in s["chunks"])]
+    return {"decode_1_ms": 1000 * percentile(single, 50), "decode_1_steps": len(single),
+            "prefill_224_with_16_decodes_ms": 1000 * percentile(mixed, 50), "prefill_steps": len(mixed)}
+
+
+async def bench_convoy() -> dict:
+    """The process first: beside the busy thread, the engine on a thread may take minutes for a few steps,
+    so it gets fewer of them."""
+    report: dict = {"config": CONFIG}
+    for name, threads in (("process", None), ("process_1_thread", 1)):
+        process = ProcessEngine(llm_engine, {**CONFIG, "torch_threads": threads}, EngineConfig(**CONFIG))
+        await process.start()
+        try:
+            await timed_steps(process)
+            report[f"{name}_alone"] = await timed_steps(process)
+            with BusyServer() as busy:
+                report[f"{name}_busy_server"] = await timed_steps(process)
+            report[f"{name}_busy_server"]["busy_messages"] = busy.messages
+        finally:
+            await process.stop()
+    local = LocalEngine(llm_engine(**CONFIG)[0])
+    local.start()
+    try:
+        await timed_steps(local)  # warm
+        report["thread_alone"] = await timed_steps(local)
+        with BusyServer() as busy:
+            report["thread_busy_server"] = await timed_steps(local, rounds=1, tokens=6)
+        report["thread_busy_server"]["busy_messages"] = busy.messages
+    finally:
+        await local.stop()
+    return report
+
+
+def print_convoy(report: dict) -> None:
+    base = report["thread_alone"]
+    print("\nmodel steps, p50 ms (ratio to the engine on a thread with nothing beside it)")
+    print(f"{'engine':26}{'beside':14}{'batch-1 decode':>18}{f'{PROMPT} prompt + {DECODES} decodes':>28}")
+    for key, engine, beside in (("thread_alone", "thread", "nothing"), ("thread_busy_server", "thread", "busy server"),
+                                ("process_alone", "process", "nothing"),
+                                ("process_busy_server", "process", "busy server"),
+                                ("process_1_thread_alone", "process, torch 1 thread", "nothing"),
+                                ("process_1_thread_busy_server", "process, torch 1 thread", "busy server")):
+        r = report[key]
+        print(f"{engine:26}{beside:14}{r['decode_1_ms']:10.1f} ({r['decode_1_ms'] / base['decode_1_ms']:4.1f}x)"
+              f"{r['prefill_224_with_16_decodes_ms']:18.0f} "
+              f"({r['prefill_224_with_16_decodes_ms'] / base['prefill_224_with_16_decodes_ms']:4.1f}x)")
