@@ -46,7 +46,7 @@ class ModelOptions:
     device: str = "auto"
     llm_precision: str | None = None
     policy: str = "o4"
-    torch_threads: int | None = None  # torch's intra-op threads in the engine (None: torch's own choice)
+    torch_threads: int | None = None  # torch's intra-op threads in the engine (None: see `set_torch_threads`)
     engine_fields: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -85,6 +85,23 @@ def engine_config(options: ModelOptions) -> "EngineConfig":
     resolve_llm(options.llm_model)
     resolve_asr(options.asr_model)
     return EngineConfig(**{**options.engine_fields, **placement(options), "policy": options.policy})
+
+
+def set_torch_threads(options: ModelOptions, device: str) -> None:
+    """torch's threads in the engine: as asked, else on a CPU one core fewer than the machine has. Measured
+    (`bench convoy`, README): beside a busy server process on 2 cores, with 2 threads a batch-1 decode step
+    took 2.3x and a 224-token prefill step 8.8x as long as alone (each parallel region waits for the thread
+    that shares its core with the server); with 1 thread, 1.03x and 1.01x, at 1.1x and 1.7x the 2-thread
+    steps' time alone."""
+    import os
+
+    import torch
+
+    threads = options.torch_threads
+    if threads is None and device == "cpu":
+        threads = max(1, (os.cpu_count() or 2) - 1)
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
 def load_voice_models(options: ModelOptions, device: str) -> tuple[ASR, TTS]:
@@ -161,11 +178,8 @@ def build_engine(**values: Any) -> tuple["Engine", dict[str, Any]]:
 
     threads.configure()  # before torch or CTranslate2 loads in this process
     options = ModelOptions(**values)
-    if options.torch_threads is not None:
-        import torch
-
-        torch.set_num_threads(options.torch_threads)
     config = engine_config(options)
+    set_torch_threads(options, config.device)
     asr, tts = load_voice_models(options, config.device)
     phase("loading the LLM")
     model, tokenizer = load_llm(options.llm_model)

@@ -19,6 +19,7 @@ from voicepipe.loading import (
     load_voice_models,
     make_engine,
     phase,
+    set_torch_threads,
     voice_info,
 )
 
@@ -54,6 +55,8 @@ class Runtime:
         from voicepipe.models import load_llm
 
         config = engine_config(options)
+        if options.torch_threads is not None:
+            set_torch_threads(options, config.device)
         asr, tts = load_voice_models(options, config.device)
         phase("loading the LLM")
         model, tokenizer = load_llm(options.llm_model)

@@ -9,6 +9,7 @@ run, as its metrics record it): a batch-1 decode, and a step carrying a 224-toke
 
 import asyncio
 import base64
+import itertools
 import json
 import threading
 from typing import Any
@@ -20,6 +21,8 @@ from voicepipe.bench.engine_modes import percentile
 
 PROMPT = 224
 DECODES = 16
+# Prompts no earlier step has seen: a prompt found in the prefix cache is not computed again.
+FRESH = (list(range(start, start + PROMPT)) for start in itertools.count(100, PROMPT))
 CONFIG = {"precision": "int8", "shard_tokens": PROMPT, "max_batch_tokens": PROMPT + DECODES, "num_slabs": 24}
 
 
@@ -81,7 +84,7 @@ async def timed_steps(engine: EngineClient, rounds: int = 3, tokens: int = 16) -
     for _ in range(rounds):
         decodes = [asyncio.create_task(run([50 + n, 51, 52, 53], 4)) for n in range(DECODES)]
         await asyncio.sleep(0.3)  # they are decoding
-        await run(list(range(100, 100 + PROMPT)), 1)
+        await run(next(FRESH), 1)
         await asyncio.gather(*decodes)
         steps = await new_steps(seen)
         seen |= {s["t"] for s in steps}

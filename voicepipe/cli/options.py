@@ -43,6 +43,9 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", choices=POLICIES, default="o4",
                         help="scheduling policy: o4 (deadline-aware, default) or fcfs (plain continuous batching)")
     parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
+    parser.add_argument("--torch-threads", type=int, metavar="N", default=None,
+                        help="torch's threads in the engine (default on a CPU: one core fewer than the machine "
+                             "has, so a busy server does not stall every step; README, Two processes)")
     add_llm_model_arguments(parser)
     add_tts_arguments(parser)
 

@@ -68,6 +68,7 @@ class ServeSettings:
     asr_model: str | None = None
     tts: str = "piper"
     tts_model: str | None = None
+    torch_threads: int | None = None  # None: one core fewer than the machine has, on a CPU
 
     def limits(self) -> Limits:
         return Limits(max_calls=self.max_calls, text_max_tokens=self.text_max_tokens,
@@ -97,7 +98,7 @@ class ServeSettings:
         return options
 
 
-MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "device", "asr_model", "tts", "tts_model")
+MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "device", "asr_model", "tts", "tts_model", "torch_threads")
 FIELD_TYPES = {f.name: type(f.default) if f.default is not None else str for f in fields(ServeSettings)}
 
 
@@ -153,7 +154,7 @@ def _knob(name: str) -> Callable[[int], None]:
 
 CHECKS: dict[str, Callable[[Any], None]] = {
     "host": _not_empty, "port": _port, "max_calls": _at_least_one, "ttfa_deadline": _positive,
-    "text_max_tokens": _at_least_one, "max_text_requests": _at_least_one,
+    "text_max_tokens": _at_least_one, "max_text_requests": _at_least_one, "torch_threads": _at_least_one,
     "max_batch_tokens": _knob("max_batch_tokens"), "max_batch_seqs": _knob("max_batch_seqs"),
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
