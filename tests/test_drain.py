@@ -10,7 +10,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import QUESTION, Call, free_port, health, status_of
+from helpers import LONG_QUESTION, Call, free_port, health, status_of
 from websockets.asyncio.client import connect
 
 from voicepipe.audio import read_audio
@@ -32,7 +32,7 @@ async def test_sigterm_drains_the_calls_and_exits_cleanly(speech_wav):
             await asyncio.sleep(0.5)
         engine_pid = (await health(port))["engine_pid"]
         call = await Call.open(SimpleNamespace(port=port))
-        speaking = asyncio.create_task(call.speak(read_audio(speech_wav(QUESTION), 16000), silence_s=3.0))
+        speaking = asyncio.create_task(call.speak(read_audio(speech_wav(LONG_QUESTION), 16000), silence_s=3.0))
         created = await call.wait("response.created")
         server.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.5)

@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers import QUESTION, Call, free_port, get, health, status_of
+from helpers import LONG_QUESTION, Call, free_port, get, health, status_of
 
 from voicepipe.audio import read_audio
 
@@ -32,7 +32,7 @@ async def test_a_killed_engine_fails_the_call_and_comes_back_without_a_server_re
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "voicepipe", "serve", "--port", str(port),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    question = read_audio(speech_wav(QUESTION), 16000)
+    question = read_audio(speech_wav(LONG_QUESTION), 16000)
     try:
         await ready(port, server)
         first = (await health(port))["engine_pid"]

@@ -52,7 +52,7 @@ def test_the_knobs_and_the_text_limits_are_settings(tmp_path):
                       env={"VOICEPIPE_MAX_BATCH_SEQS": "8", "VOICEPIPE_CONFIG": toml})
     assert chosen.model_options()["engine_fields"] == {"max_batch_tokens": 128, "max_batch_seqs": 8}
     assert (chosen.limits().max_text_requests, chosen.limits().text_max_tokens) == (3, 64)
-    with pytest.raises(SettingsError, match="max_batch_seqs"):
+    with pytest.raises(SettingsError, match="MAX_BATCH_SEQS must be an integer in"):
         settings(env={"VOICEPIPE_MAX_BATCH_SEQS": "0"})
 
 

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 from scheduler.config import KNOBS as KNOB_RANGES
 from voicepipe.backends.tts_select import TTS_CHOICES
-from voicepipe.cli.options import DEVICES, POLICIES, PRECISIONS
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.limits import Limits
+from voicepipe.loading import DEVICES, POLICIES, PRECISIONS
 from voicepipe.server.listen import is_loopback
 from voicepipe.server.security import Security
 
