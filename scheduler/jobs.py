@@ -10,7 +10,6 @@ then run together (several callers' final ASR passes in one encoder call).
 import heapq
 import itertools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,8 +36,6 @@ class Job:
     job_id: str = field(compare=False)
     kind: str = field(compare=False)
     args: tuple = field(compare=False)
-    cls: RequestClass = field(compare=False)
-    arrival: float = field(compare=False, default_factory=time.monotonic)
 
 
 def make_job(kind: str, args: tuple, cls: RequestClass = RequestClass.INTERACTIVE, deadline: float | None = None,
@@ -46,7 +43,7 @@ def make_job(kind: str, args: tuple, cls: RequestClass = RequestClass.INTERACTIV
     tier = -1 if cls is RequestClass.REALTIME else int(cls)
     order = next(_job_ids)
     return Job((tier, math.inf if deadline is None else deadline, order), job_id or f"job-{order}", kind,
-               tuple(args), cls)
+               tuple(args))
 
 
 @dataclass(slots=True)

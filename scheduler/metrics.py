@@ -44,19 +44,10 @@ class Metrics:
         self.compactions = Counter("voicepipe_kv_compactions", "Compactions run", registry=r)
         self.recent_steps: deque[dict] = deque(maxlen=200)
         self.steps_run = 0
-        self._job_times: dict[str, tuple[float, int]] = {}  # kind -> (seconds, count)
         self._token_times: deque[tuple[float, int]] = deque(maxlen=2000)
 
     def job_done(self, kind: str, seconds: float) -> None:
         self.jobs.labels(kind).observe(seconds)
-        total, count = self._job_times.get(kind, (0.0, 0))
-        self._job_times[kind] = (total + seconds, count + 1)
-
-    def mean_job_seconds(self, kinds: tuple[str, ...]) -> float:
-        """The mean duration of the jobs of these kinds so far (0 before any ran)."""
-        times = [self._job_times.get(kind, (0.0, 0)) for kind in kinds]
-        count = sum(n for _, n in times)
-        return sum(t for t, _ in times) / count if count else 0.0
 
     def count_tokens(self, n: int, cls: str) -> None:
         self.tokens.labels(cls).inc(n)
