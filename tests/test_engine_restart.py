@@ -55,6 +55,8 @@ async def test_a_killed_engine_fails_the_call_and_comes_back_without_a_server_re
 
         await ready(port, server)
         assert (await health(port))["engine_pid"] not in (None, first)
+        _, metrics = await get(port, "/metrics")
+        assert b"voicepipe_engine_failures_total 1.0" in metrics
         again = await Call.open(SimpleNamespace(port=port))
         speaking = asyncio.create_task(again.speak(question, silence_s=3.0))
         created = await again.wait("response.created")

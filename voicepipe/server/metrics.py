@@ -11,6 +11,8 @@ class CallMetrics:
         self.refused = Counter("voicepipe_calls_refused", "Calls refused", ["reason"], registry=registry)
         self.api_requests = Counter("voicepipe_api_requests", "Text API requests", ["endpoint", "status"],
                                     registry=registry)
+        self.engine_failures = Counter("voicepipe_engine_failures", "Times the engine process died and was "
+                                       "restarted", registry=registry)
 
 
 _made: "weakref.WeakKeyDictionary[CollectorRegistry, CallMetrics]" = weakref.WeakKeyDictionary()

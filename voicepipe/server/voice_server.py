@@ -149,6 +149,7 @@ class VoiceServer:
         if alive:
             log.info("the engine is back; %d calls go on", len(self.calls))
             return
+        self.metrics.engine_failures.inc()
         for call in list(self.calls):
             notice = asyncio.ensure_future(call.send(protocol.error(
                 "engine_unavailable", "the engine stopped and is restarting; the reply in progress is lost, "
