@@ -151,10 +151,12 @@ async def test_realtime_text_turn_and_cancel(client):
                                                   "content": [{"type": "input_text", "text": "Say hello."}]})
         added = await events_until(conn, "conversation.item.added", seen)
         assert added.item.role == "user"
-        await conn.response.create()
+        await conn.response.create(response={"metadata": {"client_event_id": "evt_1"}})
         done = await events_until(conn, "response.done", seen)
         assert done.response.status == "completed"
         assert any(e.type == "response.output_audio.delta" for e in seen)
+        created = next(e for e in seen if e.type == "response.created")
+        assert created.response.metadata == {"client_event_id": "evt_1"}  # how clients match their reply
         # A long answer, cancelled as soon as it starts: it ends as cancelled, and the call goes on.
         await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
             {"type": "input_text", "text": "Tell me about the history of Paris in detail."}]})

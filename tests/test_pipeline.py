@@ -222,3 +222,12 @@ async def test_a_text_item_is_answered_only_when_a_response_is_asked_for():
     assert [(i["id"], i["role"]) for i in call.conversation.items][0] == ("item_t", "user")
     assert call.conversation.items[1]["content"] == REPLY
     await call.close()
+
+
+async def test_the_metadata_of_a_response_request_comes_back_in_its_response_created():
+    call = Call()
+    await call.push(ItemCreated("item_m", "user", QUESTION))
+    await call.push(ResponseRequested({"client_event_id": "evt_42"}))
+    created = call.client.of(ServerEvent.RESPONSE_CREATED)[-1]["response"]
+    assert created["metadata"] == {"client_event_id": "evt_42"}
+    await call.close()

@@ -88,10 +88,10 @@ def item_truncated(item_id: str, audio_end_ms: int) -> dict:
             "audio_end_ms": audio_end_ms}
 
 
-def response_created(response_id: str, item_id: str) -> dict:
+def response_created(response_id: str, item_id: str, metadata: dict[str, str] | None = None) -> dict:
     output = [{"id": item_id, "type": "message", "role": "assistant"}]
     return {"type": ServerEvent.RESPONSE_CREATED,
-            "response": {"id": response_id, "status": "in_progress", "output": output}}
+            "response": {"id": response_id, "status": "in_progress", "output": output, "metadata": metadata}}
 
 
 def text_delta(response_id: str, item_id: str, delta: str) -> dict:

@@ -36,6 +36,7 @@ from voicepipe.vad import SAMPLE_RATE
 log = logging.getLogger(__name__)
 STATS_INTERVAL_S = 0.5
 MAX_INSTRUCTIONS = 8000
+MAX_METADATA = 16
 TURN_DETECTION_RANGES = {"threshold": (0.01, 0.99), "prefix_padding_ms": (0, 2000),
                          "silence_duration_ms": (100, 5000)}
 
@@ -144,7 +145,7 @@ class Session:
         elif kind == ClientEvent.RESPONSE_CANCEL:
             self.pipeline.push(CancelRequested())
         elif kind == ClientEvent.RESPONSE_CREATE:
-            self.pipeline.push(ResponseRequested())
+            await self._create_response(event.get("response"))
         elif kind == ClientEvent.AUDIO_COMMIT:
             self.pipeline.push(CommitRequested())
         elif kind == ClientEvent.AUDIO_CLEAR:
@@ -182,6 +183,18 @@ class Session:
             return
         item_id = item.get("id") if isinstance(item.get("id"), str) and len(item["id"]) <= 64 else new_id("item")
         self.pipeline.push(ItemCreated(item_id, role, text))
+
+    async def _create_response(self, response: Any) -> None:
+        """A reply to the conversation as it stands; its `metadata` (at most 16 string pairs, as OpenAI's)
+        comes back in `response.created`."""
+        metadata = (response or {}).get("metadata") if isinstance(response, dict | None) else None
+        if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= MAX_METADATA and all(
+                isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+                for k, v in metadata.items())):
+            await self.error("invalid_metadata", f"response.metadata must be at most {MAX_METADATA} pairs of "
+                             "strings (keys up to 64 characters, values up to 512)")
+            return
+        self.pipeline.push(ResponseRequested(metadata))
 
     async def _truncate(self, event: dict) -> None:
         item_id, end = event.get("item_id"), event.get("audio_end_ms")

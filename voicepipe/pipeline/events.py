@@ -146,7 +146,10 @@ class ItemCreated(Event):
 
 @dataclass(frozen=True, slots=True)
 class ResponseRequested(Event):
-    """The client asked for a reply to the conversation as it stands (`response.create`)."""
+    """The client asked for a reply to the conversation as it stands (`response.create`); `metadata` comes
+    back in its `response.created` (clients match their request to its reply by it)."""
+
+    metadata: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,7 @@ class ResponseCreated(Event):
 
     turn: Turn
     held: bool = False
+    metadata: dict[str, str] | None = None  # the client's, from its response.create
 
 
 @dataclass(frozen=True, slots=True)

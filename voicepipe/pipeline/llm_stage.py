@@ -83,7 +83,7 @@ class LLMStage(Stage):
                                 "cancel it (response.cancel) or wait for its response.done"))
             else:
                 self._drop_speculation()
-                self._reply(None, time.monotonic(), None)
+                self._reply(None, time.monotonic(), None, event.metadata)
         elif isinstance(event, TranscriptFinal) and event.text.strip():
             turn = self.turn
             if (turn is not None and turn.speculative and turn.active and turn.item_id == event.item_id
@@ -120,7 +120,8 @@ class LLMStage(Stage):
     def _start(self, final: TranscriptFinal) -> None:
         self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s)
 
-    def _reply(self, item_id: str | None, speech_end: float, transcript_at: float | None) -> None:
+    def _reply(self, item_id: str | None, speech_end: float, transcript_at: float | None,
+               metadata: dict[str, str] | None = None) -> None:
         """Answer the conversation as it stands, against the deadline counted from `speech_end`."""
         self.cancel("superseded")
         turn = self._new_turn(item_id, speech_end)
@@ -128,7 +129,7 @@ class LLMStage(Stage):
         if transcript_at is not None:
             turn.mark("final_transcript", transcript_at)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens)
-        self._begin(turn, prompt, RequestClass.REALTIME, self.call_id)
+        self._begin(turn, prompt, RequestClass.REALTIME, self.call_id, metadata)
 
     def _speculate(self, early: TranscriptEarly) -> None:
         self.cancel("superseded")
@@ -159,12 +160,13 @@ class LLMStage(Stage):
         return Turn(response_id, f"{self.call_id}-{response_id}", item_id, speech_end,
                     speech_end + self.config.ttfa_s)
 
-    def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:
+    def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
+               metadata: dict[str, str] | None = None) -> None:
         self.turn = turn
         turn.prompt_tokens = len(prompt)
         turn.mark("reply_started")  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
-        self.emit(ResponseCreated(turn, held=turn.speculative))
+        self.emit(ResponseCreated(turn, held=turn.speculative, metadata=metadata))
         self._task = self.spawn(self._respond(turn, prompt, cls, session))
 
     async def _respond(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:

@@ -98,7 +98,7 @@ class ClientOutput(Stage):
             self._recent[turn.output_item_id] = turn
             while len(self._recent) > RECENT_TURNS:
                 del self._recent[next(iter(self._recent))]
-            await self.send(protocol.response_created(turn.response_id, turn.output_item_id))
+            await self.send(protocol.response_created(turn.response_id, turn.output_item_id, event.metadata))
         elif isinstance(event, TextDelta):
             await self.send(protocol.text_delta(event.turn.response_id, event.turn.output_item_id, event.text))
         elif isinstance(event, AudioOut):

@@ -150,7 +150,8 @@ class RealtimeDialect:
         self._speaker = None  # a fresh resampler: no tail of the last reply
         item = _assistant_item(item_id, "in_progress", None)
         part = {"type": "output_audio", "transcript": ""}
-        return [{"type": "response.created", "response": _response(response["id"], "in_progress", [])},
+        created = {**_response(response["id"], "in_progress", []), "metadata": response.get("metadata")}
+        return [{"type": "response.created", "response": created},
                 {"type": "response.output_item.added", "response_id": response["id"], "output_index": 0,
                  "item": item},
                 {"type": "conversation.item.added", "previous_item_id": None, "item": item},
