@@ -141,6 +141,9 @@ async def test_bad_messages_get_errors_and_the_calls_go_on(server, runtime):
                                                     "scheduler": {"max_batch_tokens": 0}}}, "invalid_session_update"),
             ({"type": "session.update", "session": {"turn_detection": {"threshold": "x"}}}, "invalid_session_update"),
             ({"type": "session.update", "session": {"voice": "alloy"}}, "invalid_session_update"),
+            ({"type": "response.create", "response": {"metadata": {"client_event_id": 7}}}, "invalid_metadata"),
+            ({"type": "response.create", "response": {"metadata": {str(n): "x" for n in range(17)}}},
+             "invalid_metadata"),
         ]
         for message, code in bad:
             mark = len(call.events)
