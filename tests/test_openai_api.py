@@ -150,13 +150,15 @@ async def test_realtime_text_turn_and_cancel(client):
         await conn.conversation.item.create(item={"type": "message", "role": "user",
                                                   "content": [{"type": "input_text", "text": "Say hello."}]})
         added = await events_until(conn, "conversation.item.added", seen)
-        assert added.item.role == "user"
+        assert added.item.role == "user" and added.previous_item_id is None  # the first item
         await conn.response.create(response={"metadata": {"client_event_id": "evt_1"}})
         done = await events_until(conn, "response.done", seen)
         assert done.response.status == "completed"
         assert any(e.type == "response.output_audio.delta" for e in seen)
         created = next(e for e in seen if e.type == "response.created")
         assert created.response.metadata == {"client_event_id": "evt_1"}  # how clients match their reply
+        reply = [e for e in seen if e.type == "conversation.item.added"][-1]
+        assert reply.item.role == "assistant" and reply.previous_item_id == added.item.id  # mirrored in order
         # A long answer, cancelled as soon as it starts: it ends as cancelled, and the call goes on.
         await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
             {"type": "input_text", "text": "Tell me about the history of Paris in detail."}]})

@@ -44,6 +44,7 @@ class RealtimeDialect:
         self._speaker: soxr.ResampleStream | None = None
         self._audio_header: dict | None = None  # the native delta whose binary frame comes next
         self._responses: dict[str, dict] = {}  # response id -> its assistant item, transcript so far
+        self._last_item: str | None = None  # the conversation's newest item: a new one's previous_item_id
 
     # -- client -> session -----------------------------------------------------------------------------------
     async def recv(self) -> str | bytes:
@@ -118,7 +119,11 @@ class RealtimeDialect:
             return []  # the web page's panel; not a Realtime event
         if kind == ServerEvent.AUDIO_COMMITTED:
             item = _user_item(event["item_id"], None)
-            return [{**event, "previous_item_id": None}, {"type": "conversation.item.added", "item": item}]
+            previous = self._follows(item["id"])
+            return [{**event, "previous_item_id": previous},
+                    {"type": "conversation.item.added", "previous_item_id": previous, "item": item}]
+        if kind == ServerEvent.ITEM_ADDED:
+            return [{**event, "previous_item_id": self._follows(event["item"]["id"])}]
         if kind == ServerEvent.TRANSCRIPT_DELTA:
             return [{"type": kind, "item_id": event["item_id"], "content_index": 0, "delta": event["delta"]}]
         if kind == ServerEvent.TRANSCRIPT_COMPLETED:
@@ -154,8 +159,14 @@ class RealtimeDialect:
         return [{"type": "response.created", "response": created},
                 {"type": "response.output_item.added", "response_id": response["id"], "output_index": 0,
                  "item": item},
-                {"type": "conversation.item.added", "previous_item_id": None, "item": item},
+                {"type": "conversation.item.added", "previous_item_id": self._follows(item_id), "item": item},
                 {"type": "response.content_part.added", **where, "part": part}]
+
+    def _follows(self, item_id: str) -> str | None:
+        """The item `item_id` joins the conversation after (None for the first): what lets a client mirror
+        the conversation in order."""
+        previous, self._last_item = self._last_item, item_id
+        return previous
 
     def _audio_done(self, response_id: str) -> list[dict]:
         """The reply's audio ends: what the resampler still holds, then the done event."""
