@@ -20,7 +20,7 @@ from scheduler import driver
 from scheduler import messages as m
 from scheduler.config import EngineConfig, check_knobs
 from scheduler.engine import Engine
-from scheduler.request import Output, RequestClass, SamplingParams
+from scheduler.request import Output, RequestClass, SamplingParams, check_request
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -62,10 +62,7 @@ class EngineClient:
         """Stream a request's outputs; leaving the loop early (or being cancelled) aborts it. A request
         that the engine's failure ends finishes with an "error: ..." reason."""
         params = params or SamplingParams()
-        if not prompt_ids:
-            raise ValueError("empty prompt")
-        if params.max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
+        check_request(prompt_ids, params)  # here too, so the caller gets the ValueError and nothing is sent
         self._ready_loop()
         request_id = request_id or f"req-{next(_ids)}"
         box: asyncio.Queue[Output] = asyncio.Queue()

@@ -21,7 +21,7 @@ from scheduler.jobs import Job, JobHandler, JobQueue, JobResult
 from scheduler.kv_pool import SlabPool
 from scheduler.metrics import Metrics
 from scheduler.planner import StepPlan, StepPlanner
-from scheduler.request import Output, RequestClass, Sequence, Status
+from scheduler.request import Output, RequestClass, Sequence, Status, check_request
 from scheduler.runner import ModelRunner
 from scheduler.sampler import sample_rows
 
@@ -46,7 +46,7 @@ class Engine:
         eos = getattr(gen, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         self.requests: dict[str, Sequence] = {}
-        self.handlers: dict[str, JobHandler] = {"barrier": JobHandler(lambda: None), **(jobs or {})}
+        self.handlers: dict[str, JobHandler] = dict(jobs or {})
         self.jobs = JobQueue()
         self.outputs: list[tuple[str, Output]] = []  # (request id, output) since the driver last took them
         self.job_results: list[JobResult] = []
@@ -193,10 +193,7 @@ class Engine:
     # -- commands (from the driver, between steps) -------------------------------------------------------
     def add_request(self, seq: Sequence) -> Sequence:
         """Queue a request; its outputs appear in `outputs` under its id."""
-        if not seq.prompt_ids:
-            raise ValueError("empty prompt")
-        if seq.params.max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
+        check_request(seq.prompt_ids, seq.params)
         seq.detokenizer = Detokenizer(self.tokenizer, seq.params.stop)
         self.requests[seq.request_id] = seq
         self.planner.add(seq)

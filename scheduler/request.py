@@ -32,6 +32,14 @@ class SamplingParams:
     seed: int | None = None
 
 
+def check_request(prompt_ids: list[int], params: SamplingParams) -> None:
+    """ValueError for a request no engine can run."""
+    if not prompt_ids:
+        raise ValueError("empty prompt")
+    if params.max_tokens < 1:
+        raise ValueError("max_tokens must be at least 1")
+
+
 @dataclass(slots=True)
 class Output:
     """One streamed piece of a request's answer."""
