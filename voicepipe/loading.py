@@ -1,7 +1,7 @@
 """Loading the models and the engine that runs them, from one typed record: `serve`, `talk`, `turn`, the
 benchmarks and the replicas all start here, in this process or in the engine process.
 
-The engine's device jobs are registered here by name (`DEVICE_JOBS`), so that a call's pipeline asks for a
+The engine's device jobs are registered here by name (`device_jobs`), so that a call's pipeline asks for a
 transcript or a sentence of speech as data, which can cross into the engine process.
 """
 

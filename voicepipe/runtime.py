@@ -12,6 +12,7 @@ from scheduler import EngineConfig, RequestClass, SamplingParams
 from scheduler.client import EngineClient, LocalEngine
 from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
 from voicepipe.loading import (
+    POLICIES,
     WARM_UP,
     ModelOptions,
     build_engine,
@@ -42,8 +43,8 @@ class Runtime:
     def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = "o4",
               config: EngineConfig | None = None) -> "Runtime":
         """An engine on a thread of this process, over models already loaded."""
-        if policy not in ("o4", "fcfs"):
-            raise ValueError(f"policy must be 'o4' or 'fcfs', not {policy!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
         engine = make_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_knobs(policy=policy))
         client = LocalEngine(engine)
         client.start()

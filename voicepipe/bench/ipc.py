@@ -36,9 +36,7 @@ async def generation(engine: EngineClient, streams: int, tokens: int) -> dict:
 
     start = time.perf_counter()
     await asyncio.gather(*(one(n) for n in range(streams)))
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "per_token_us": 1e6 * seconds / (streams * tokens),
-            "per_step_us": 1e6 * seconds / tokens}
+    return rates(time.perf_counter() - start, streams, tokens)
 
 
 def core_generation(shape: str, streams: int, tokens: int) -> dict:
@@ -49,7 +47,11 @@ def core_generation(shape: str, streams: int, tokens: int) -> dict:
     start = time.perf_counter()
     while engine.step():
         engine.take_outputs()
-    seconds = time.perf_counter() - start
+    return rates(time.perf_counter() - start, streams, tokens)
+
+
+def rates(seconds: float, streams: int, tokens: int) -> dict:
+    """A generation's time per token and per step (every step decodes one token of each stream)."""
     return {"seconds": seconds, "per_token_us": 1e6 * seconds / (streams * tokens),
             "per_step_us": 1e6 * seconds / tokens}
 

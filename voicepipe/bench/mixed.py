@@ -177,7 +177,6 @@ async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str]
                     "torch_threads": options.torch_threads, "policies": {}}
     for policy in policies:
         runtime = await bench_runtime(replace(options, policy=policy), engine)
-        nice = os.nice(0)
         if server_nice:
             os.nice(server_nice)
         try:
@@ -185,7 +184,7 @@ async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str]
             prompts = [chat_prompt_ids(runtime.tokenizer, [{"role": "user", "content": p}])
                        for p in api_prompts(runtime.tokenizer, load.streams, load.prompt_tokens, seed=1)]
             report["policies"][policy]["steps_quiet"] = await quiet_steps(runtime, prompts, load.max_tokens)
-            report["policies"][policy]["server_nice"] = os.nice(0) - nice
+            report["policies"][policy]["server_nice"] = server_nice
             log.info("%s: %s", policy, report["policies"][policy])
         finally:
             await runtime.close()

@@ -19,7 +19,7 @@ COLUMNS = ("throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "latency_p50_s", "lat
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    add_json_argument(parser)
     parser.add_argument("--plot", metavar="FILE.png", help="draw the results")
     parser.add_argument("--quick", action="store_true", help="a small workload (minutes, not tens of minutes)")
     parser.add_argument("--sweep", action="store_true", help="sweep max_batch_tokens x max_batch_seqs instead")
@@ -43,7 +43,7 @@ def add_caller_arguments(parser: argparse.ArgumentParser, turns: int) -> None:
     parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
     parser.add_argument("--deadline", type=float, metavar="S",
                         help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    add_json_argument(parser)
     parser.add_argument("--engine", choices=("process", "thread"), default="process",
                         help="where the engine runs: its own process (as serve runs it, default) or a thread of "
                              "the server's process (to see what the interpreter lock costs)")
@@ -75,7 +75,7 @@ def add_threads_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset of "
                         + ",".join(POLICIES))
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    add_json_argument(parser)
 
 
 def add_ipc_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,11 +83,15 @@ def add_ipc_arguments(parser: argparse.ArgumentParser) -> None:
                                                         "cost shows; 'default' is SmolLM2-135M's)")
     parser.add_argument("--streams", type=int, default=8, help="concurrent requests (default 8)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens each (default 64)")
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    add_json_argument(parser)
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+
+
+def save(report: dict, path: str) -> None:
+    Path(path).write_text(json.dumps(report, indent=2))
 
 
 def run_convoy_bench(args: argparse.Namespace) -> int:
@@ -98,7 +102,7 @@ def run_convoy_bench(args: argparse.Namespace) -> int:
     report = {"machine": machine(), **asyncio.run(bench_convoy())}
     print_convoy(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        save(report, args.json)
     return 0
 
 
@@ -110,7 +114,7 @@ def run_ipc_bench(args: argparse.Namespace) -> int:
     report = {"machine": machine(), **asyncio.run(bench_ipc(args.shape, args.streams, args.tokens))}
     print_ipc(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        save(report, args.json)
     return 0
 
 
@@ -125,7 +129,7 @@ def run_threads_bench(args: argparse.Namespace) -> int:
     report = {"machine": machine(), "policies": bench_threads(policies)}
     print_threads(report["policies"])
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        save(report, args.json)
     return 0
 
 
@@ -146,7 +150,7 @@ def run_calls_bench(args: argparse.Namespace) -> int:
                   f"on time {level['deadline_hit_rate']:.0%}, "
                   f"underruns {level['underruns']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        save(report, args.json)
     return 0
 
 
@@ -163,7 +167,7 @@ def run_mixed_bench(args: argparse.Namespace) -> int:
     report["machine"] = machine()
     print_mixed(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        save(report, args.json)
     return 0
 
 
@@ -294,7 +298,7 @@ def run_engine_bench(args: argparse.Namespace) -> int:
         for name, value in ratios.items():
             print(f"{name}: {value:.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        save(report, args.json)
     if args.plot:
         from voicepipe.bench.plots import plot_report
 
