@@ -33,6 +33,14 @@ def snapshot(engine: Engine) -> dict:
     }
 
 
+def page(engine: Engine, steps: int = 20) -> dict:
+    """The snapshot as a live page draws it every half second: the last `steps` steps, without their
+    chunks (most of the snapshot's size), so each call's refresh crosses the channel small."""
+    snap = snapshot(engine)
+    snap["steps"] = [{k: v for k, v in s.items() if k != "chunks"} for s in snap["steps"][-steps:]]
+    return snap
+
+
 def page_map(engine: Engine) -> list[str]:
     """Each page's state, slab by slab: 'owned', 'cached' or 'free' (for drawing the pool)."""
     pool = engine.pool
@@ -67,4 +75,4 @@ def metrics_text(engine: Engine) -> bytes:
     return generate_latest(m.registry)
 
 
-VIEWS = {"snapshot": snapshot, "page_map": page_map, "holdings": holdings, "metrics_text": metrics_text}
+VIEWS = {"snapshot": snapshot, "page": page, "page_map": page_map, "holdings": holdings, "metrics_text": metrics_text}

@@ -73,6 +73,9 @@ async def test_a_process_engine_gives_the_tokens_of_the_engine_in_this_thread(pr
             answers = await asyncio.gather(*(answer(engine, p) for p in PROMPTS))
             assert [tokens for tokens, _ in answers] == expected
             assert {reason for _, reason in answers} == {"length"}
+        snapshot, page = await process_engine.snapshot(), await process_engine.view("page")
+        assert [s["t"] for s in page["steps"]] == [s["t"] for s in snapshot["steps"][-20:]]
+        assert page["steps"] and not any("chunks" in s for s in page["steps"])  # the page's refresh stays small
     finally:
         await local.stop()
 

@@ -318,12 +318,7 @@ def _check_turn_detection(update: Any) -> dict[str, float | int]:
 
 
 async def page_stats(runtime: Runtime) -> dict:
-    """The engine's snapshot trimmed to what a page draws, plus the deadline outcomes of all calls."""
-    snap = await runtime.engine.snapshot()
+    """The engine's page view (trimmed in the engine), plus the deadline outcomes of all calls."""
+    snap = await runtime.engine.view("page")
     outcomes = turn_metrics(runtime.registry).outcomes
-
-    steps = [{k: s[k] for k in ("t", "duration_s", "decode_tokens", "prefill_tokens", "seqs", "preempted")}
-             for s in snap["steps"][-20:]]
-    return {"config": snap["config"], "queues": snap["queues"], "tokens_per_s": snap["tokens_per_s"],
-            "pool": snap["pool"], "steps": steps,
-            "deadlines": {"hit": outcomes.get("met", 0), "miss": outcomes.get("missed", 0)}}
+    return {**snap, "deadlines": {"hit": outcomes.get("met", 0), "miss": outcomes.get("missed", 0)}}
