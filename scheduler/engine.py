@@ -23,7 +23,7 @@ from scheduler.metrics import Metrics
 from scheduler.planner import StepPlan, StepPlanner
 from scheduler.request import Output, RequestClass, Sequence, Status, check_request
 from scheduler.runner import ModelRunner
-from scheduler.sampler import sample_rows
+from scheduler.sampler import probe_rows, sample_rows
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +98,9 @@ class Engine:
         sampling = [c.seq for c in plan.chunks if c.samples]
         try:
             logits = self.runner.run(plan)
-            tokens = sample_rows(logits, [s.params for s in sampling], [len(s.output_ids) for s in sampling]) \
-                if sampling else []
+            params = [s.params for s in sampling]
+            tokens = sample_rows(logits, params, [len(s.output_ids) for s in sampling]) if sampling else []
+            probes = probe_rows(logits, params)
         except Exception as exc:  # a fault in one step (an OOM, a kernel bug) fails that step's requests only
             self._fail_step(plan, exc)
             return
@@ -110,8 +111,8 @@ class Engine:
             if seq.num_cached == 0 and chunk.start == 0 and seq.first_token_at is None:
                 self.metrics.queue_time.labels(seq.cls.name).observe(t0 - seq.arrival)
             self.planner.advance(chunk)
-        for seq, token in zip(sampling, tokens, strict=True):
-            self._append_token(seq, token, done)
+        for seq, token, probe in zip(sampling, tokens, probes, strict=True):
+            self._append_token(seq, token, done, probe)
         self._maybe_compact()
 
     def _fail_step(self, plan: StepPlan, exc: Exception) -> None:
@@ -156,7 +157,7 @@ class Engine:
                 self.metrics.compactions.inc()
 
     # -- tokens out --------------------------------------------------------------------------------------
-    def _append_token(self, seq: Sequence, token: int, now: float) -> None:
+    def _append_token(self, seq: Sequence, token: int, now: float, probe: float | None = None) -> None:
         if seq.status is Status.FINISHED:  # padding in a static batch: computed, never shown
             seq.output_ids.append(token)
             return
@@ -179,7 +180,7 @@ class Engine:
             reason = None
         if reason is not None:
             text += seq.detokenizer.flush()
-        self.outputs.append((seq.request_id, Output(token, text)))
+        self.outputs.append((seq.request_id, Output(token, text, probe=probe)))
         if reason is not None:
             self._finish(seq, reason)
 

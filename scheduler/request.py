@@ -30,6 +30,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     seed: int | None = None
+    # Report the probability of this token at each sampled position (`Output.probe`): how a caller reads
+    # the model's own belief that, say, a message is over (the end-of-message token after its text).
+    probe_token: int | None = None
 
 
 def check_request(prompt_ids: list[int], params: SamplingParams) -> None:
@@ -38,6 +41,8 @@ def check_request(prompt_ids: list[int], params: SamplingParams) -> None:
         raise ValueError("empty prompt")
     if params.max_tokens < 1:
         raise ValueError("max_tokens must be at least 1")
+    if params.probe_token is not None and params.probe_token < 0:
+        raise ValueError("probe_token must be a token id")
 
 
 @dataclass(slots=True)
@@ -48,6 +53,7 @@ class Output:
     text: str
     finished: bool = False
     finish_reason: str | None = None
+    probe: float | None = None  # P(params.probe_token) where this token was sampled
 
 
 _ids = itertools.count()

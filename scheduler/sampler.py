@@ -32,3 +32,12 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams], positions: l
                 generator = torch.Generator().manual_seed((p.seed * 1_000_003 + positions[row]) % 2**63)
             tokens[row] = sample(logits[row], p, generator)
     return tokens
+
+
+def probe_rows(logits: torch.Tensor, params: list[SamplingParams]) -> list[float | None]:
+    """Per row, the probability of its `probe_token` under the model's own distribution (temperature 1)."""
+    probes: list[float | None] = [None] * len(params)
+    for row, p in enumerate(params):
+        if p.probe_token is not None and p.probe_token < logits.shape[-1]:
+            probes[row] = float(torch.softmax(logits[row], dim=-1)[p.probe_token])
+    return probes

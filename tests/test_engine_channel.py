@@ -81,6 +81,22 @@ async def test_a_process_engine_gives_the_tokens_of_the_engine_in_this_thread(pr
 
 
 @module_loop
+async def test_a_probe_reports_the_models_own_probability_of_a_token_through_the_channel(process_engine):
+    import torch
+
+    model = engine_factories.tiny(**CONFIG)[0].runner.model
+    prompt, probe = PROMPTS[0], 17
+    with torch.no_grad():
+        expected = float(torch.softmax(model(torch.tensor([prompt])).logits[0, -1].float(), -1)[probe])
+    params = SamplingParams(max_tokens=2, ignore_eos=True, probe_token=probe)
+    outs = [out async for out in process_engine.generate(prompt, params) if out.token_id is not None]
+    assert outs[0].probe == pytest.approx(expected, rel=1e-3, abs=1e-6)
+    assert outs[1].probe is not None and outs[1].probe != outs[0].probe  # a probe at each sampled position
+    plain = [out async for out in process_engine.generate(prompt, greedy(2)) if out.token_id is not None]
+    assert [o.token_id for o in plain] == [o.token_id for o in outs] and plain[0].probe is None
+
+
+@module_loop
 async def test_leaving_a_stream_aborts_its_request_and_frees_its_pages(process_engine):
     stream = process_engine.generate(PROMPTS[2], greedy(10_000))
     async for out in stream:
