@@ -20,10 +20,13 @@ from voicepipe.loading import device_jobs
 
 
 class FakeTokenizer:
-    """Each distinct "role: content" of a chat is one token id."""
+    """Each distinct "role: content" of a chat is one token id, each message closed by the end token (0)."""
+
+    END = "<end>"
 
     def __init__(self) -> None:
-        self.strings: list[str] = []
+        self.strings: list[str] = [self.END]
+        self.eos_token_id = 0
 
     def apply_chat_template(self, messages: list[dict[str, str]], **_: Any) -> list[int]:
         ids = []
@@ -31,7 +34,7 @@ class FakeTokenizer:
             text = f"{m['role']}: {m['content']}"
             if text not in self.strings:
                 self.strings.append(text)
-            ids.append(self.strings.index(text))
+            ids += [self.strings.index(text), self.eos_token_id]
         return ids
 
     def last_user_message(self, ids: list[int]) -> str:
@@ -51,9 +54,15 @@ class Request:
     closed: bool = False  # its stream was closed (finished, or aborted by the caller)
 
 
+def end_probability(text: str) -> float:
+    """The fake LLM's belief that a message is finished: high after final punctuation, as the real one's."""
+    return 0.9 if text.rstrip().endswith(("?", ".", "!")) else 0.001
+
+
 class FakeEngine:
     """Jobs run at once; a request streams its scripted reply a word per token, each after `gate` opens
-    (set by default: replies stream as fast as the event loop runs)."""
+    (set by default: replies stream as fast as the event loop runs). A request with a probe token gets
+    the fake `end_probability` of its prompt's last user message."""
 
     def __init__(self, tokenizer: FakeTokenizer, replies: dict[str, str] | None = None,
                  default_reply: str = "Yes.", asr: "FakeASR | None" = None, tts: "FakeTTS | None" = None) -> None:
@@ -82,7 +91,8 @@ class FakeEngine:
             for n, word in enumerate(words):
                 await self.gate.wait()
                 request.tokens += 1
-                yield Output(n, word if n == 0 else " " + word)
+                probe = None if params.probe_token is None else end_probability(question)
+                yield Output(n, word if n == 0 else " " + word, probe=probe)
             yield Output(None, "", True, "stop" if len(words) < params.max_tokens else "length")
         finally:
             request.closed = True

@@ -2,21 +2,20 @@
 the early final pass, speculative replies kept and dropped, the first-clause rule, pacing, agreement,
 barge-in and truncation. Utterance events go in directly, as the VAD stage would emit them."""
 
-import asyncio
 import time
 
 import numpy as np
 import pytest
-from fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
+from fake_call import QUESTION, REPLY, SECOND, Call
+from fakes import FakeEngine, FakeTokenizer
 
 from scheduler import RequestClass
-from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.agreement import Agreement
 from voicepipe.pipeline.events import (
+    BargeIn,
     ItemCreated,
     ResponseRequested,
     SpeechAudio,
-    SpeechPaused,
     SpeechResumed,
     SpeechStarted,
     SpeechStopped,
@@ -28,70 +27,6 @@ from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.sentences import SentenceAggregator
 from voicepipe.pipeline.turn import Turn
 from voicepipe.protocol import ServerEvent
-from voicepipe.runtime import Runtime
-
-QUESTION = "What is the capital of France?"
-REPLY = "Paris is the capital of France. It is a big city with many museums."
-SECOND = 16000
-
-
-class Client:
-    """What the caller received."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict | bytes] = []
-
-    async def send(self, *messages: dict | bytes) -> None:
-        self.messages.extend(messages)
-
-    def kinds(self) -> list[str]:
-        return [m["type"] for m in self.messages if isinstance(m, dict)]
-
-    def of(self, kind: str) -> list[dict]:
-        return [m for m in self.messages if isinstance(m, dict) and m["type"] == kind]
-
-
-class Call:
-    """One call's pipeline over the fakes."""
-
-    def __init__(self, reply: str = REPLY, **config) -> None:
-        self.tokenizer = FakeTokenizer()
-        self.asr = FakeASR(QUESTION)
-        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply}, asr=self.asr, tts=FakeTTS())
-        self.config = CallConfig(instructions="Be brief.", **config)
-        self.conversation = Conversation(self.config.instructions)
-        self.client = Client()
-        runtime = Runtime(self.engine, self.tokenizer, "fake", self.asr.sample_rate, FakeTTS.sample_rate)
-        self.pipeline = build_pipeline(runtime, "call", self.config, self.conversation, self.client.send)
-        self.pipeline.start()
-
-    async def push(self, *events) -> None:
-        for event in events:
-            self.pipeline.push(event)
-        await settle(self.pipeline)
-
-    async def utterance(self, item: str = "item_1", pause: bool = False, stop: bool = True) -> None:
-        """Speech starts, a second of it arrives, then (optionally) the early pause and the confirmed end."""
-        now = time.monotonic()
-        events = [SpeechStarted(item, 0, now), SpeechAudio(item, np.zeros(SECOND, np.float32), False)]
-        if pause:
-            events.append(SpeechPaused(item, SECOND, now))
-        if stop:
-            events.append(SpeechStopped(item, 1000, now, SECOND))
-        await self.push(*events)
-
-    async def close(self) -> None:
-        await self.pipeline.stop()
-
-
-async def settle(pipeline) -> None:
-    """Yield to the event loop until every stage's queue has stayed empty for a while (no timed sleep)."""
-    quiet = 0
-    for _ in range(2000):
-        await asyncio.sleep(0)
-        quiet = quiet + 1 if all(q.empty() for q in pipeline.queues) else 0
-        if quiet >= 30:
-            return
 
 
 async def test_a_finished_utterance_is_transcribed_answered_and_spoken():
@@ -123,7 +58,7 @@ async def test_the_pass_at_the_pause_is_the_final_one_when_nothing_more_was_said
 async def test_a_speculative_reply_is_held_until_the_end_of_speech_is_confirmed():
     call = Call()
     await call.utterance(pause=True, stop=False)
-    speculative = call.engine.requests[-1]
+    speculative = call.speculative()
     assert speculative.cls is RequestClass.INTERACTIVE and speculative.tokens > 0  # the reply is being written
     assert ServerEvent.RESPONSE_CREATED not in call.client.kinds()  # but the caller hears nothing of it
     assert call.conversation.items == []
@@ -140,7 +75,7 @@ async def test_a_speculative_reply_is_dropped_unheard_when_the_caller_goes_on():
     call = Call()
     call.engine.gate.clear()  # the speculative reply is still being written when the caller speaks again
     await call.utterance(pause=True, stop=False)
-    speculative = call.engine.requests[-1]
+    speculative = call.speculative()
     await call.push(SpeechResumed("item_1"))
     assert speculative.closed and call.client.kinds().count(ServerEvent.RESPONSE_CREATED) == 0
     call.engine.gate.set()
@@ -187,15 +122,46 @@ def test_words_two_passes_agree_on_are_committed():
     assert agreement.committed == ["What", "is", "the"]
 
 
-async def test_speaking_over_the_reply_cuts_it_and_keeps_what_was_heard():
-    call = Call(reply=" ".join(f"Sentence number {n} is here." for n in range(8)))
+LONG_REPLY = " ".join(f"Sentence number {n} is here." for n in range(8))
+
+
+async def speak_over(call: Call, words: str) -> str:
+    """After a finished reply whose audio (4 s of it) is still playing, the caller says `words` over it;
+    returns the reply's item id."""
     await call.utterance()
     reply_id = call.client.of(ServerEvent.RESPONSE_CREATED)[0]["response"]["output"][0]["id"]
     assert call.client.of(ServerEvent.RESPONSE_DONE)[0]["response"]["status"] == "completed"
-    await call.push(SpeechStarted("item_2", 0, time.monotonic()))  # the audio (4 s of it) is still playing
-    assert call.client.kinds()[-1] == ServerEvent.PLAYBACK_CLEARED
+    await call.push(SpeechStarted("item_2", 0, time.monotonic()))
+    assert call.client.kinds()[-1] == ServerEvent.SPEECH_STARTED  # the start of speech alone stops nothing
+    await call.push(BargeIn("item_2"))
+    assert call.client.kinds()[-1] == ServerEvent.PLAYBACK_CLEARED  # enough speech: the audio stops
+    call.asr.text = words  # what the ASR hears in the caller's new utterance
+    await call.push(SpeechAudio("item_2", np.zeros(SECOND, np.float32), True),
+                    SpeechStopped("item_2", 1000, time.monotonic(), SECOND))
+    return reply_id
+
+
+async def test_speaking_words_over_the_reply_cuts_it_and_keeps_what_was_heard():
+    call = Call(reply=LONG_REPLY)
+    reply_id = await speak_over(call, "Wait, tell me about Spain instead.")
     heard = call.conversation.get(reply_id)["content"]
     assert len(heard.split()) < 8, heard  # at most a little of the first sentence was played
+    assert call.client.kinds().count(ServerEvent.RESPONSE_CREATED) == 2  # and the new words are answered
+    await call.close()
+
+
+async def test_a_backchannel_over_the_reply_lets_it_go_on_where_it_stopped():
+    call = Call(reply=LONG_REPLY)
+    frames_before = sum(isinstance(m, bytes) for m in call.client.messages)
+    reply_id = await speak_over(call, "Mm-hmm.")
+    cleared = max(i for i, m in enumerate(call.client.messages) if isinstance(m, dict)
+                  and m["type"] == ServerEvent.PLAYBACK_CLEARED)
+    resent = [m for m in call.client.messages[cleared:] if isinstance(m, bytes)]
+    assert resent and sum(len(m) for m in resent) < sum(
+        len(m) for m in call.client.messages[:cleared] if isinstance(m, bytes))  # the rest, not all again
+    assert frames_before == 0 and call.conversation.get(reply_id)["content"] == LONG_REPLY
+    assert call.client.kinds().count(ServerEvent.RESPONSE_CREATED) == 1  # "mm-hmm" gets no reply of its own
+    assert [i["role"] for i in call.conversation.items] == ["user", "assistant"]
     await call.close()
 
 

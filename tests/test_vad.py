@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from voicepipe.audio import read_audio
-from voicepipe.vad import SAMPLE_RATE, Endpointer, TurnDetection
+from voicepipe.turn_detection import TurnDetection
+from voicepipe.vad import SAMPLE_RATE, Endpointer
 
 FRAME = SAMPLE_RATE // 50  # 20 ms, as clients send it
 
@@ -31,7 +32,7 @@ def test_finds_start_and_end_of_speech(speech):
     silence = np.zeros(SAMPLE_RATE, np.float32)
     audio = np.concatenate([silence, speech, silence, silence])
     onset, offset = loud_extent(audio)
-    found = stream(Endpointer(TurnDetection()), audio)
+    found = stream(Endpointer(TurnDetection(type="server_vad")), audio)
     kinds = [b.kind for b in found if b.kind != "audio"]
     assert kinds == ["start", "pause", "stop"], kinds
     start, stop = found[0], next(b for b in found if b.kind == "stop")

@@ -31,14 +31,13 @@ from voicepipe.pipeline.turn_metrics import turn_metrics
 from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.runtime import Runtime
 from voicepipe.transport import Disconnected, Transport
+from voicepipe.turn_detection import check_update
 from voicepipe.vad import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 STATS_INTERVAL_S = 0.5
 MAX_INSTRUCTIONS = 8000
 MAX_METADATA = 16
-TURN_DETECTION_RANGES = {"threshold": (0.01, 0.99), "prefix_padding_ms": (0, 2000),
-                         "silence_duration_ms": (100, 5000)}
 
 
 class InvalidUpdate(ValueError):
@@ -223,7 +222,11 @@ class Session:
         if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS or not _is_unicode(instructions):
             raise InvalidUpdate(f"instructions must be a string of at most {MAX_INSTRUCTIONS} characters, "
                                 "without lone surrogates")
-        detection = _check_turn_detection(update.get("turn_detection", {}))
+        try:
+            detection = check_update(update["turn_detection"], self.config.turn_detection) \
+                if "turn_detection" in update else {}
+        except ValueError as e:
+            raise InvalidUpdate(str(e)) from None
         knobs = update.get("scheduler", {})
         if not isinstance(knobs, dict):
             raise InvalidUpdate("scheduler must be an object")
@@ -252,7 +255,7 @@ class Session:
             "instructions": self.config.instructions,
             "input_audio_format": {"type": "pcm16", "sample_rate": SAMPLE_RATE},
             "output_audio_format": {"type": "pcm16", "sample_rate": self.runtime.tts_rate},
-            "turn_detection": {"type": "server_vad", **asdict(self.config.turn_detection)},
+            "turn_detection": self.config.turn_detection.describe(),
             "time_to_first_audio_deadline_s": self.config.ttfa_s,
             "scheduler": scheduler,
             "limits": {**asdict(self.limits), "scheduler": {k: list(v) for k, v in KNOBS.items()}},
@@ -297,24 +300,6 @@ def _is_unicode(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _check_turn_detection(update: Any) -> dict[str, float | int]:
-    if not isinstance(update, dict):
-        raise InvalidUpdate("turn_detection must be an object")
-    update = dict(update)
-    if update.pop("type", "server_vad") != "server_vad":
-        raise InvalidUpdate("turn_detection.type must be 'server_vad'")
-    checked: dict[str, float | int] = {}
-    for name, value in update.items():
-        if name not in TURN_DETECTION_RANGES:
-            raise InvalidUpdate(f"unknown turn_detection field {name!r}")
-        lo, hi = TURN_DETECTION_RANGES[name]
-        number = (float, int) if name == "threshold" else (int,)
-        if isinstance(value, bool) or not isinstance(value, number) or not lo <= value <= hi:
-            raise InvalidUpdate(f"turn_detection.{name} must be a number in [{lo}, {hi}]")
-        checked[name] = value
-    return checked
 
 
 async def page_stats(runtime: Runtime) -> dict:

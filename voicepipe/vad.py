@@ -6,7 +6,9 @@ well under a millisecond on one thread, so queueing it behind model steps would 
 barge-in and endpointing, where every window counts.
 
 Endpointing follows the OpenAI Realtime API's server VAD defaults: threshold 0.5, 300 ms of prefix padding
-kept before the detected start, and 500 ms of silence to end an utterance.
+kept before the detected start, and (server_vad) 500 ms of silence to end an utterance. Under semantic_vad
+the silence that ends it is the eagerness' longest, and the call's pipeline ends it sooner (`commit`) when
+the LLM judges the message finished; under manual turns only `commit` ends it.
 """
 
 import functools
@@ -18,6 +20,7 @@ from typing import Literal
 import numpy as np
 
 from voicepipe.threads import onnx_options
+from voicepipe.turn_detection import TurnDetection
 
 SAMPLE_RATE = 16000
 WINDOW = 512  # samples per Silero window at 16 kHz (32 ms)
@@ -65,15 +68,6 @@ class SileroVAD:
         return float(prob[0])
 
 
-@dataclass(slots=True)
-class TurnDetection:
-    """The endpointing settings a client may change with `session.update`."""
-
-    threshold: float = 0.5
-    prefix_padding_ms: int = 300
-    silence_duration_ms: int = 500
-
-
 @dataclass(frozen=True, slots=True)
 class Boundary:
     """What the endpointer found in the audio fed to it.
@@ -96,8 +90,10 @@ class Endpointer:
     """Turns a stream of 16 kHz audio into utterances: start, their audio, an early pause, and the stop.
 
     `early_pause_ms` of silence announces a pause before the end is confirmed, so the final transcription
-    can begin while the endpointer still waits for `silence_duration_ms`. An utterance reaching
-    `max_utterance_s` is cut there; the rest of that speech is ignored until the caller next falls silent.
+    (and under semantic_vad the end-of-turn decision) can begin while the endpointer still waits for the
+    settings' longest silence. An utterance reaching `max_utterance_s` is cut there; the rest of that
+    speech is ignored until the caller next falls silent. Under manual turns every sample belongs to the
+    utterance in progress, from the first one after the last commit, and no silence ends it.
     """
 
     def __init__(self, settings: TurnDetection | None = None, vad: SileroVAD | None = None,
@@ -145,7 +141,7 @@ class Endpointer:
         self._position += WINDOW
         s = self.settings
         if self._state == "idle":
-            if prob >= s.threshold:
+            if prob >= s.threshold or s.manual:
                 return self._start(window)
             self._prefix.append(window)
             while len(self._prefix) * WINDOW_MS > s.prefix_padding_ms:
@@ -154,18 +150,20 @@ class Endpointer:
         speech = prob >= max(0.01, s.threshold - HYSTERESIS)
         self._silent = 0 if speech else self._silent + 1
         if self._state == "cut":
-            if self._silent * WINDOW_MS >= s.silence_duration_ms:
+            if self._silent * WINDOW_MS >= s.max_silence_ms or s.manual:
                 self._state = "idle"
             return []
         self._windows += 1
         found = [Boundary("audio", self._position, window, is_speech=speech)]
         speech_samples = (self._windows - self._silent) * WINDOW
-        if speech:
+        if s.manual:
+            pass
+        elif speech:
             self._paused = False
         elif not self._paused and self._silent * WINDOW_MS >= self.early_pause_ms:
             self._paused = True
             found.append(Boundary("pause", self._position, speech_samples=speech_samples))
-        if self._silent * WINDOW_MS >= s.silence_duration_ms:
+        if not s.manual and self._silent * WINDOW_MS >= s.max_silence_ms:
             self._state = "idle"
             found.append(Boundary("stop", self._position, speech_samples=speech_samples))
         elif self._windows >= self.max_windows:

@@ -142,8 +142,7 @@ class ASRStage(Stage):
             utt.early[1].cancel()
         if utt.partial_task is not None:
             utt.partial_task.cancel()
-        wait = self.config.turn_detection.silence_duration_ms - self.config.early_final_ms
-        due = paused.at + max(0, wait) / 1000  # when the end of speech would be confirmed
+        due = paused.at + self.config.turn_detection.end_after_pause_s(self.config.early_final_ms)
         task = self.spawn(self._early_final(utt, paused, due))
         utt.early = (paused.speech_samples, task)
 

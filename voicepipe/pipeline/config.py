@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.vad import TurnDetection
+from voicepipe.turn_detection import TurnDetection
 
 
 @dataclass(slots=True)

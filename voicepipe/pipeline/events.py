@@ -3,7 +3,9 @@
 Events are immutable records; the one mutable thing they may carry is the `Turn` they belong to, the shared
 record of one assistant response (its ids, timings and cancellation). Each stage handles the events it
 knows and passes every other event on unchanged, so the last stage sees everything the client should hear
-about.
+about. `Feedback` events flow the other way, from a later stage to the earlier one that acts on them (the
+LLM's verdict that the caller's message is over goes up to the endpointer), so the stage list stays the
+whole truth of who tells whom what.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class Event:
     """Base of every pipeline event."""
 
 
+@dataclass(frozen=True, slots=True)
+class Feedback(Event):
+    """An event that flows upstream: each stage before its sender is offered it until one takes it."""
+
+
 # -- the caller ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class AudioIn(Event):
@@ -38,11 +45,23 @@ class AudioIn(Event):
 
 @dataclass(frozen=True, slots=True)
 class SpeechStarted(Event):
-    """The VAD heard speech begin; `audio_start_ms` includes the prefix padding kept before it."""
+    """The VAD heard speech begin; `audio_start_ms` includes the prefix padding kept before it.
+
+    `heard` is False under manual turns, where the utterance is simply the client's audio buffer.
+    """
 
     item_id: str
     audio_start_ms: int
     at: float  # time.monotonic() when it was detected
+    heard: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BargeIn(Event):
+    """The caller has spoken long enough over the assistant (more than a click or a cough) that its reply
+    audio stops; whether the reply is cancelled waits for the words (`BargeInResolved`)."""
+
+    item_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +130,31 @@ class TranscriptEarly(Event):
     item_id: str
     text: str
     paused_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfTurn(Feedback):
+    """The LLM read the transcript at the pause at `paused_at` as a finished message: end the utterance."""
+
+    item_id: str
+    paused_at: float
+    probability: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybackPaused(Feedback):
+    """The caller's speech `item_id` stopped reply audio that was playing; it waits for the verdict."""
+
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class BargeInResolved(Event):
+    """What the caller said over the reply: words (`real`: the reply is cancelled) or only a backchannel,
+    a cough or noise (the reply's audio goes on where it stopped)."""
+
+    item_id: str
+    real: bool
 
 
 @dataclass(frozen=True, slots=True)

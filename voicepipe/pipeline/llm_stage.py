@@ -10,12 +10,18 @@ from scheduler.client import EngineClient
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.end_of_turn import end_probability, is_backchannel
 from voicepipe.pipeline.events import (
+    BargeIn,
+    BargeInResolved,
     CancelRequested,
+    EndOfTurn,
     Error,
     Event,
+    Feedback,
     InputCleared,
     ItemCreated,
+    PlaybackPaused,
     ResponseCreated,
     ResponseRequested,
     SpeechResumed,
@@ -35,7 +41,8 @@ from voicepipe.pipeline.turn import Turn
 
 
 class LLMStage(Stage):
-    """Starts a turn for each final transcript and cancels it when the caller speaks over it.
+    """Starts a turn for each final transcript, cancels it when the caller speaks words over it, and
+    under semantic turns judges at each pause whether the caller has finished.
 
     The request carries the call id as its session, so the conversation so far stays in the KV cache
     between turns and only the new messages are prefilled. A transcript that arrives while the caller is
@@ -58,21 +65,31 @@ class LLMStage(Stage):
         self._user_speaking = False
         self._primed = False
         self._speculated = ""  # the user's words a speculative turn answers
+        self._barge_item: str | None = None  # an utterance said over the reply, its words not yet known
 
     async def process(self, event: Event) -> None:
         self.emit(event)
+        detection = self.config.turn_detection
         if isinstance(event, SpeechStarted):
             self._user_speaking = True
-            self.cancel("barge_in")
+            self._drop_speculation()
             if not self._primed:
                 self._primed = True
                 self.spawn(self._prime())
+        elif isinstance(event, BargeIn):
+            if self.turn is not None and self.turn.active and not self.turn.speculative:
+                self._barge_item = event.item_id
         elif isinstance(event, SpeechStopped):
             self._user_speaking = False
         elif isinstance(event, CancelRequested):
             self.cancel("client_cancelled")
-        elif isinstance(event, TranscriptEarly) and event.text.strip() and self.config.speculative:
-            self._speculate(event)
+        elif isinstance(event, TranscriptEarly) and event.text.strip():
+            if self._barging(event.item_id, event.text):
+                pass  # a backchannel so far: no reply of its own, unless more words follow
+            elif self.config.speculative and detection.create_response:
+                self._speculate(event)
+            if detection.semantic:
+                self.spawn(self._judge(event))
         elif isinstance(event, SpeechResumed | InputCleared):
             self._drop_speculation()
         elif isinstance(event, ItemCreated):
@@ -84,7 +101,9 @@ class LLMStage(Stage):
             else:
                 self._drop_speculation()
                 self._reply(None, time.monotonic(), None, event.metadata)
-        elif isinstance(event, TranscriptFinal) and event.text.strip():
+        elif isinstance(event, TranscriptFinal):
+            if self._barging(event.item_id, event.text, final=True) or not event.text.strip():
+                return
             turn = self.turn
             if (turn is not None and turn.speculative and turn.active and turn.item_id == event.item_id
                     and self._speculated == event.text.strip()):
@@ -92,8 +111,37 @@ class LLMStage(Stage):
                 return
             self._drop_speculation()
             self.conversation.add("user", event.text.strip(), event.item_id)
-            if not self._user_speaking:
+            if not self._user_speaking and detection.create_response and not detection.manual:
                 self._start(event)
+
+    async def feedback(self, event: Feedback) -> bool:
+        if not isinstance(event, PlaybackPaused):
+            return False
+        self._barge_item = event.item_id
+        return True
+
+    def _barging(self, item_id: str, text: str, final: bool = False) -> bool:
+        """Whether `text`, said over the assistant, is only a backchannel (the reply goes on, and on the
+        final transcript its audio resumes); words cancel the reply."""
+        if item_id != self._barge_item:
+            return False
+        if is_backchannel(text):
+            if final:
+                self._barge_item = None
+                self.emit(BargeInResolved(item_id, real=False))
+            return True
+        self._barge_item = None
+        self.cancel("barge_in")
+        self.emit(BargeInResolved(item_id, real=True))
+        return False
+
+    async def _judge(self, early: TranscriptEarly) -> None:
+        """Under semantic turns: end the utterance now if the LLM reads the words at the pause as finished."""
+        pending = ({"role": "user", "content": early.text.strip()},)
+        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
+        probability = await end_probability(self.engine, self.tokenizer, prompt, time.monotonic())
+        if probability is not None and probability >= self.config.turn_detection.end_probability:
+            self.emit_upstream(EndOfTurn(early.item_id, early.paused_at, probability))
 
     async def _prime(self) -> None:
         """Prefill the instructions while the caller speaks their first words: they stay in the KV cache
@@ -133,9 +181,9 @@ class LLMStage(Stage):
 
     def _speculate(self, early: TranscriptEarly) -> None:
         self.cancel("superseded")
-        # Timed as if the end of speech will be confirmed when the endpointer's silence runs out.
-        silence = (self.config.turn_detection.silence_duration_ms - self.config.early_final_ms) / 1000
-        turn = self._new_turn(early.item_id, early.paused_at + silence)
+        # Timed as if the end of speech will be confirmed when the turn detection expects it.
+        wait = self.config.turn_detection.end_after_pause_s(self.config.early_final_ms)
+        turn = self._new_turn(early.item_id, early.paused_at + wait)
         turn.speculative = True
         self._speculated = early.text.strip()
         pending = ({"role": "user", "content": self._speculated},)

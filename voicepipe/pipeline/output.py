@@ -10,11 +10,14 @@ from voicepipe import protocol
 from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.events import (
     AudioOut,
+    BargeIn,
+    BargeInResolved,
     CancelRequested,
     Error,
     Event,
     InputCleared,
     ItemCreated,
+    PlaybackPaused,
     ResponseCreated,
     SpeechStarted,
     SpeechStopped,
@@ -47,6 +50,10 @@ class ClientOutput(Stage):
 
     A speculative turn's events are held until it is confirmed, then sent in order; if it is dropped
     instead, the caller never hears of it.
+
+    A barge-in pauses the reply: its audio stops (the client drops what it had queued) and what follows is
+    withheld, while the LLM stage hears what the caller said. Words cancel the reply, which then counts as
+    heard up to the pause; a backchannel or a cough resumes it where it stopped.
     """
 
     def __init__(self, send: Send, registry: CollectorRegistry, pacing: Pacing, sample_rate: int,
@@ -56,6 +63,10 @@ class ClientOutput(Stage):
         self.conversation = conversation
         self.metrics = turn_metrics(registry)
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
+        self._sent: list[tuple[int, float, np.ndarray]] = []  # its audio: (sentence, start, pcm)
+        self._current: Turn | None = None  # the newest turn the caller heard of, until it is finished
+        self._paused: Turn | None = None  # the turn a barge-in paused, and what it has withheld since
+        self._withheld: list[AudioOut | TurnDone] = []
         self._held: dict[Turn, list[Event]] = {}
         self._recent: dict[str, Turn] = {}  # by assistant item id, the last RECENT_TURNS turns
 
@@ -71,14 +82,20 @@ class ClientOutput(Stage):
                 del self._held[turn]
             else:
                 self._held[turn].append(event)
+        elif turn is not None and turn is self._paused and isinstance(event, AudioOut | TurnDone):
+            self._withheld.append(event)
         else:
             await self._handle(event)
 
     async def _handle(self, event: Event) -> None:
         now = time.monotonic()
         if isinstance(event, SpeechStarted):
-            await self.send(protocol.speech_started(event.item_id, event.audio_start_ms))
-            await self._interrupt(now)
+            if event.heard:
+                await self.send(protocol.speech_started(event.item_id, event.audio_start_ms))
+        elif isinstance(event, BargeIn):
+            await self._pause(event.item_id, now)
+        elif isinstance(event, BargeInResolved):
+            await self._resolve(event.real, now)
         elif isinstance(event, CancelRequested):
             await self._interrupt(now)
         elif isinstance(event, SpeechStopped):
@@ -95,6 +112,7 @@ class ClientOutput(Stage):
             await self.send(protocol.transcript_completed(event.item_id, event.text))
         elif isinstance(event, ResponseCreated):
             turn = event.turn
+            self._current = turn
             self._recent[turn.output_item_id] = turn
             while len(self._recent) > RECENT_TURNS:
                 del self._recent[next(iter(self._recent))]
@@ -102,21 +120,26 @@ class ClientOutput(Stage):
         elif isinstance(event, TextDelta):
             await self.send(protocol.text_delta(event.turn.response_id, event.turn.output_item_id, event.text))
         elif isinstance(event, AudioOut):
-            step = int(MAX_FRAME_S * self.sample_rate)
-            for start in range(0, len(event.pcm), step):
-                await self._play(event.turn, event.index, event.pcm[start:start + step], time.monotonic())
+            await self._audio(event)
         elif isinstance(event, TurnDone):
             if event.turn.playback:
                 await self.send(protocol.audio_done(event.turn.response_id))
             await self._finish(event.turn, "completed")
         elif isinstance(event, TurnCancelled):
+            if event.turn is self._paused:
+                self._paused, self._withheld = None, []
             if not event.turn.finished:
                 await self._stop_audio(event.turn, now)
                 await self._finish(event.turn, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
         elif isinstance(event, Error):
             await self.send(protocol.error(event.code, event.message, event.type))
 
-    async def _play(self, turn: Turn, index: int, pcm: np.ndarray, now: float) -> None:
+    async def _audio(self, event: AudioOut, resumed: bool = False) -> None:
+        step = int(MAX_FRAME_S * self.sample_rate)
+        for start in range(0, len(event.pcm), step):
+            await self._play(event.turn, event.index, event.pcm[start:start + step], time.monotonic(), resumed)
+
+    async def _play(self, turn: Turn, index: int, pcm: np.ndarray, now: float, resumed: bool = False) -> None:
         if turn.cancelled:
             return
         seconds = len(pcm) / self.sample_rate
@@ -124,14 +147,54 @@ class ClientOutput(Stage):
         start, gap = self.pacing.schedule(seconds, now)
         if first:
             turn.mark("first_audio", now)
-        elif gap > 0:
+        elif gap > 0 and not resumed:
             turn.underruns += 1
             self.metrics.underruns.inc()
         turn.playback.append((index, start, seconds))
+        if self._audible is not turn:
+            self._sent = []
+        self._sent.append((index, start, pcm))
         self._audible = turn
         self.pacing.repace(turn)
         await self.send(protocol.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate),
                         pcm.astype("<i2", copy=False).tobytes())
+
+    async def _pause(self, item_id: str, now: float) -> None:
+        """The caller spoke over the reply: stop its audio where the caller is, keep the rest for later."""
+        audible = self._audible if self._audible is not None and self.pacing.buffered(now) > 0 else None
+        current = self._current if self._current is not None and not self._current.finished else None
+        turn = audible or current
+        if turn is None or turn is self._paused:
+            return
+        self._paused, self._withheld = turn, []
+        if audible is turn:
+            rest = [(index, pcm[max(0, int((now - start) * self.sample_rate)):])
+                    for index, start, pcm in self._sent if start + len(pcm) / self.sample_rate > now]
+            self._withheld = [AudioOut(turn, pcm, index) for index, pcm in rest if len(pcm)]
+            turn.playback = [(index, start, min(seconds, now - start)) for index, start, seconds in turn.playback
+                             if start < now]
+            turn.stop_audio(now)
+            self._audible, self._sent = None, []
+            self.pacing.clear(now)
+            await self.send(protocol.playback_cleared(turn.response_id))
+        self.emit_upstream(PlaybackPaused(item_id))
+
+    async def _resolve(self, real: bool, now: float) -> None:
+        """The caller's words are known: drop the paused reply's audio, or play it on from the pause."""
+        turn, withheld = self._paused, self._withheld
+        self._paused, self._withheld = None, []
+        if turn is None:
+            return
+        if real:
+            if turn.audio_stopped_at is not None:
+                await self._stop_audio(turn, turn.audio_stopped_at)
+            return
+        turn.audio_stopped_at = None
+        for event in withheld:
+            if isinstance(event, AudioOut):
+                await self._audio(event, resumed=True)
+            else:
+                await self._handle(event)
 
     async def _interrupt(self, now: float) -> None:
         """The caller spoke or asked to cancel: audio still playing stops, even of a finished reply."""

@@ -11,25 +11,35 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from scheduler.client import EngineUnavailable
-from voicepipe.pipeline.events import Error, Event
+from voicepipe.pipeline.events import Error, Event, Feedback
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 class Stage:
-    """One step of a call: handles the events it knows in `process`, passes on the rest with `emit`."""
+    """One step of a call: handles the events it knows in `process`, passes on the rest with `emit`;
+    takes the feedback it acts on in `feedback` and sends its own upstream with `emit_upstream`."""
 
     def __init__(self) -> None:
         self._emit: Callable[[Event], None] = lambda event: None
+        self._emit_up: Callable[[Feedback], None] = lambda event: None
         self._spawn: Callable[[Coroutine], asyncio.Task] = asyncio.create_task
 
     async def process(self, event: Event) -> None:
         self.emit(event)
 
+    async def feedback(self, event: Feedback) -> bool:
+        """Act on feedback from a later stage; False passes it on to the stage before."""
+        return False
+
     def emit(self, event: Event) -> None:
         """Send an event to the next stage (dropped after the last one)."""
         self._emit(event)
+
+    def emit_upstream(self, event: Feedback) -> None:
+        """Send feedback to the stage before (dropped before the first one)."""
+        self._emit_up(event)
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> "asyncio.Task[T]":
         """Start a task the pipeline owns: it is cancelled and awaited when the call ends."""
@@ -45,6 +55,8 @@ class Pipeline:
         self.tasks: set[asyncio.Task] = set()
         for stage, downstream in zip(stages, self.queues[1:], strict=False):
             stage._emit = downstream.put_nowait
+        for stage, upstream in zip(stages[1:], self.queues, strict=False):
+            stage._emit_up = upstream.put_nowait
         for stage in stages:
             stage._spawn = self._spawn
 
@@ -87,7 +99,10 @@ class Pipeline:
         while True:
             event = await queue.get()
             try:
-                await stage.process(event)
+                if not isinstance(event, Feedback):
+                    await stage.process(event)
+                elif not await stage.feedback(event):
+                    stage.emit_upstream(event)
             except Exception:  # one bad event must not end the call
                 log.exception("%s failed on %s", type(stage).__name__, type(event).__name__)
                 self.queues[-1].put_nowait(Error("internal_error", "the server hit an internal error",

@@ -1,13 +1,17 @@
-"""The first stage: endpointing, turning microphone audio into utterances."""
+"""The first stage: endpointing, turning microphone audio into utterances, and telling when the caller
+has spoken over the assistant long enough to stop it."""
 
 import time
 
 from voicepipe.pipeline.events import (
     AudioIn,
+    BargeIn,
     ClearRequested,
     CommitRequested,
+    EndOfTurn,
     Error,
     Event,
+    Feedback,
     InputCleared,
     SpeechAudio,
     SpeechPaused,
@@ -17,17 +21,26 @@ from voicepipe.pipeline.events import (
     new_id,
 )
 from voicepipe.pipeline.stage import Stage
-from voicepipe.vad import SAMPLE_RATE, Boundary, Endpointer
+from voicepipe.vad import SAMPLE_RATE, WINDOW_MS, Boundary, Endpointer
+
+# Speech the caller must keep up over the assistant before its audio stops: longer than a click or most
+# coughs, short enough that a real interruption silences the reply within 200 ms of its onset.
+BARGE_IN_MS = 5 * WINDOW_MS
 
 
 class VADStage(Stage):
-    """Runs the VAD inline on each piece of audio (it costs well under a millisecond per window)."""
+    """Runs the VAD inline on each piece of audio (it costs well under a millisecond per window).
+
+    Under semantic turn detection the end of an utterance may come from the LLM, as `EndOfTurn` feedback
+    at a pause: the utterance ends then, unless the caller has spoken again since.
+    """
 
     def __init__(self, endpointer: Endpointer) -> None:
         super().__init__()
         self.endpointer = endpointer
         self.item_id = ""
-        self._paused = False  # silence began after speech, and the utterance is not over yet
+        self._paused_at: float | None = None  # silence began after speech, and the utterance is not over yet
+        self._speech_ms = 0  # speech heard in the utterance so far, until it reaches BARGE_IN_MS
 
     async def process(self, event: Event) -> None:
         if isinstance(event, AudioIn):
@@ -39,30 +52,48 @@ class VADStage(Stage):
                                 "to commit"))
             self._boundaries(found)
         elif isinstance(event, ClearRequested):
-            self._paused = False
+            self._paused_at = None
             self.emit(InputCleared(self.item_id if self.endpointer.clear() else None))
         else:
             self.emit(event)
+
+    async def feedback(self, event: Feedback) -> bool:
+        if not isinstance(event, EndOfTurn):
+            return False
+        if event.item_id == self.item_id and event.paused_at == self._paused_at:
+            self._boundaries(self.endpointer.commit())
+        return True
 
     def _boundaries(self, boundaries: list[Boundary]) -> None:
         now = time.monotonic()
         for found in boundaries:
             ms = found.position * 1000 // SAMPLE_RATE
             if found.kind == "start":
-                self.item_id = new_id("item")
-                self.emit(SpeechStarted(self.item_id, ms, now))
+                self.item_id, self._speech_ms = new_id("item"), 0
+                self.emit(SpeechStarted(self.item_id, ms, now, heard=not self.endpointer.settings.manual))
             elif found.kind == "audio":
                 self.emit(SpeechAudio(self.item_id, found.audio, found.is_speech))
-                if found.is_speech and self._paused:
-                    self._paused = False
+                if found.is_speech:
+                    self._heard_speech()
+                if found.is_speech and self._paused_at is not None:
+                    self._paused_at = None
                     self.emit(SpeechResumed(self.item_id))
             elif found.kind == "pause":
-                self._paused = True
+                self._paused_at = now
                 self.emit(SpeechPaused(self.item_id, found.speech_samples, now))
             else:
-                self._paused = False
+                self._paused_at = None
                 self.emit(SpeechStopped(self.item_id, ms, now, found.speech_samples, found.truncated))
                 if found.truncated:
                     limit = self.endpointer.max_utterance_s
                     self.emit(Error("utterance_too_long", f"speech longer than {limit:g} s was cut there and "
                                     "transcribed; the rest is ignored until the next pause"))
+
+    def _heard_speech(self) -> None:
+        """One more window of speech (the prefix padding counts as one): at BARGE_IN_MS, a barge-in."""
+        settings = self.endpointer.settings
+        if self._speech_ms >= BARGE_IN_MS or settings.manual or not settings.interrupt_response:
+            return
+        self._speech_ms += WINDOW_MS
+        if self._speech_ms >= BARGE_IN_MS:
+            self.emit(BargeIn(self.item_id))

@@ -7,7 +7,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 RATE = 24000  # the Realtime API's PCM rate, both ways
 PCM_NAMES = ("audio/pcm", "pcm16")  # GA's format type, and the beta's format string
-VAD_FIELDS = ("threshold", "prefix_padding_ms", "silence_duration_ms")
+VAD_FIELDS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "eagerness", "create_response",
+              "interrupt_response")
 # Standard fields this server accepts and ignores (with a warning in its log), rather than failing a client
 # that sets them out of habit.
 IGNORED = ("model", "output_modalities", "modalities", "voice", "tools", "tool_choice", "max_output_tokens",
@@ -37,12 +38,13 @@ def native_update(session: Any) -> dict:
     _check_format(outputs.get("format", session.get("output_audio_format")), "output")
     ignored += [f"audio.input.{k}" for k in inputs if k not in ("format", "turn_detection")]
     ignored += [f"audio.output.{k}" for k in outputs if k != "format"]
-    detection = inputs["turn_detection"] if "turn_detection" in inputs else session.get("turn_detection", {})
-    if detection is None or not isinstance(detection, dict) or detection.get("type", "server_vad") != "server_vad":
-        ignored.append("turn_detection (server VAD stays on)")
-    else:
-        native["turn_detection"] = {k: v for k, v in detection.items() if k in VAD_FIELDS}
-        ignored += [f"turn_detection.{k}" for k in detection if k not in (*VAD_FIELDS, "type")]
+    detection = inputs["turn_detection"] if "turn_detection" in inputs else session.get("turn_detection")
+    if "turn_detection" in inputs or "turn_detection" in session:
+        # null: manual turns. An object without a type means server_vad, as the Realtime API reads it.
+        native["turn_detection"] = ({"type": "server_vad", **{k: v for k, v in detection.items() if k in VAD_FIELDS}}
+                                    if isinstance(detection, dict) else detection)
+        if isinstance(detection, dict):
+            ignored += [f"turn_detection.{k}" for k in detection if k not in VAD_FIELDS]
     unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio",
                                                "input_audio_format", "output_audio_format", "turn_detection")]
     if ignored or unknown:
@@ -65,8 +67,7 @@ def _check_format(fmt: Any, which: str) -> None:
 
 def ga_session(native: dict, model: str, beta: bool) -> dict:
     """The session as a Realtime client expects to read it."""
-    vad = {"type": "server_vad", **{k: native["turn_detection"][k] for k in VAD_FIELDS},
-           "create_response": True, "interrupt_response": True}
+    vad = native["turn_detection"]
     common = {"id": native["id"], "object": "realtime.session", "model": model,
               "instructions": native["instructions"], "scheduler": native["scheduler"], "limits": native["limits"]}
     if beta:

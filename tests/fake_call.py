@@ -1,0 +1,79 @@
+"""One call's pipeline over the fake models and engine, and what its caller received: the fixture of the
+pipeline's fast tests. Utterance events go in directly, as the VAD stage would emit them."""
+
+import asyncio
+import time
+
+import numpy as np
+from fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
+
+from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline.events import SpeechAudio, SpeechPaused, SpeechStarted, SpeechStopped
+from voicepipe.runtime import Runtime
+
+QUESTION = "What is the capital of France?"
+REPLY = "Paris is the capital of France. It is a big city with many museums."
+SECOND = 16000
+
+
+class Client:
+    """What the caller received."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict | bytes] = []
+
+    async def send(self, *messages: dict | bytes) -> None:
+        self.messages.extend(messages)
+
+    def kinds(self) -> list[str]:
+        return [m["type"] for m in self.messages if isinstance(m, dict)]
+
+    def of(self, kind: str) -> list[dict]:
+        return [m for m in self.messages if isinstance(m, dict) and m["type"] == kind]
+
+
+class Call:
+    """One call's pipeline over the fakes."""
+
+    def __init__(self, reply: str = REPLY, **config) -> None:
+        self.tokenizer = FakeTokenizer()
+        self.asr = FakeASR(QUESTION)
+        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply}, asr=self.asr, tts=FakeTTS())
+        self.config = CallConfig(instructions="Be brief.", **config)
+        self.conversation = Conversation(self.config.instructions)
+        self.client = Client()
+        runtime = Runtime(self.engine, self.tokenizer, "fake", self.asr.sample_rate, FakeTTS.sample_rate)
+        self.pipeline = build_pipeline(runtime, "call", self.config, self.conversation, self.client.send)
+        self.pipeline.start()
+
+    async def push(self, *events) -> None:
+        for event in events:
+            self.pipeline.push(event)
+        await settle(self.pipeline)
+
+    async def utterance(self, item: str = "item_1", pause: bool = False, stop: bool = True) -> None:
+        """Speech starts, a second of it arrives, then (optionally) the early pause and the confirmed end."""
+        now = time.monotonic()
+        events = [SpeechStarted(item, 0, now), SpeechAudio(item, np.zeros(SECOND, np.float32), False)]
+        if pause:
+            events.append(SpeechPaused(item, SECOND, now))
+        if stop:
+            events.append(SpeechStopped(item, 1000, now, SECOND))
+        await self.push(*events)
+
+    def speculative(self):
+        """The reply request started at the pause (not the end-of-turn judge's one-token request)."""
+        return next(r for r in reversed(self.engine.requests) if r.params.probe_token is None)
+
+    async def close(self) -> None:
+        await self.pipeline.stop()
+
+
+async def settle(pipeline) -> None:
+    """Yield to the event loop until every stage's queue has stayed empty for a while (no timed sleep)."""
+    quiet = 0
+    for _ in range(2000):
+        await asyncio.sleep(0)
+        quiet = quiet + 1 if all(q.empty() for q in pipeline.queues) else 0
+        if quiet >= 30:
+            return
