@@ -18,14 +18,17 @@ class ScriptedEndpointer:
 
     def __init__(self, settings, script: list[list[Boundary]]) -> None:
         self.settings, self.script, self.max_utterance_s = settings, script, 30.0
-        self.commits = 0
+        self.commits, self.speech_samples = 0, 0
 
     def feed(self, samples: np.ndarray) -> list[Boundary]:
-        return self.script.pop(0) if self.script else []
+        found = self.script.pop(0) if self.script else []
+        self.speech_samples = max([self.speech_samples, *(b.speech_samples for b in found)])
+        return found
 
     def commit(self) -> list[Boundary]:
+        """The utterance ends with the speech heard by its last pause (no more came since)."""
         self.commits += 1
-        return [Boundary("stop", 2 * SECOND, speech_samples=SECOND)]
+        return [Boundary("stop", 2 * SECOND, speech_samples=self.speech_samples)]
 
     def clear(self) -> bool:
         return False
