@@ -30,9 +30,10 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     seed: int | None = None
-    # Report the probability of this token at each sampled position (`Output.probe`): how a caller reads
-    # the model's own belief that, say, a message is over (the end-of-message token after its text).
-    probe_token: int | None = None
+    # Report the probability that the next token is one of these, at each sampled position (`Output.probe`):
+    # how a caller reads the model's own belief that, say, a sentence is over (its final punctuation or the
+    # end-of-message token next).
+    probe_tokens: tuple[int, ...] = ()
 
 
 def check_request(prompt_ids: list[int], params: SamplingParams) -> None:
@@ -41,8 +42,8 @@ def check_request(prompt_ids: list[int], params: SamplingParams) -> None:
         raise ValueError("empty prompt")
     if params.max_tokens < 1:
         raise ValueError("max_tokens must be at least 1")
-    if params.probe_token is not None and params.probe_token < 0:
-        raise ValueError("probe_token must be a token id")
+    if any(t < 0 for t in params.probe_tokens):
+        raise ValueError("probe_tokens must be token ids")
 
 
 @dataclass(slots=True)
@@ -53,7 +54,7 @@ class Output:
     text: str
     finished: bool = False
     finish_reason: str | None = None
-    probe: float | None = None  # P(params.probe_token) where this token was sampled
+    probe: float | None = None  # P(next token in params.probe_tokens) where this token was sampled
 
 
 _ids = itertools.count()

@@ -35,9 +35,11 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams], positions: l
 
 
 def probe_rows(logits: torch.Tensor, params: list[SamplingParams]) -> list[float | None]:
-    """Per row, the probability of its `probe_token` under the model's own distribution (temperature 1)."""
+    """Per row, the probability that its next token is one of its `probe_tokens`, under the model's own
+    distribution (temperature 1); None for rows without any."""
     probes: list[float | None] = [None] * len(params)
     for row, p in enumerate(params):
-        if p.probe_token is not None and p.probe_token < logits.shape[-1]:
-            probes[row] = float(torch.softmax(logits[row], dim=-1)[p.probe_token])
+        if p.probe_tokens:
+            wanted = [t for t in p.probe_tokens if t < logits.shape[-1]]
+            probes[row] = float(torch.softmax(logits[row], dim=-1)[wanted].sum())
     return probes

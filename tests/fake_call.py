@@ -63,7 +63,7 @@ class Call:
 
     def speculative(self):
         """The reply request started at the pause (not the end-of-turn judge's one-token request)."""
-        return next(r for r in reversed(self.engine.requests) if r.params.probe_token is None)
+        return next(r for r in reversed(self.engine.requests) if not r.params.probe_tokens)
 
     async def close(self) -> None:
         await self.pipeline.stop()

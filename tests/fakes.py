@@ -28,6 +28,9 @@ class FakeTokenizer:
         self.strings: list[str] = [self.END]
         self.eos_token_id = 0
 
+    def get_vocab(self) -> dict[str, int]:
+        return {text: i for i, text in enumerate(self.strings)}
+
     def apply_chat_template(self, messages: list[dict[str, str]], **_: Any) -> list[int]:
         ids = []
         for m in messages:
@@ -54,9 +57,13 @@ class Request:
     closed: bool = False  # its stream was closed (finished, or aborted by the caller)
 
 
+CONTINUING = {"of", "the", "a", "an", "is", "are", "to", "does", "do", "me", "there", "what", "and"}
+
+
 def end_probability(text: str) -> float:
-    """The fake LLM's belief that a message is finished: high after final punctuation, as the real one's."""
-    return 0.9 if text.rstrip().endswith(("?", ".", "!")) else 0.001
+    """The fake LLM's belief that a sentence is finished: low after a word that wants more, as the real one's."""
+    words = text.lower().split()
+    return 0.001 if not words or words[-1] in CONTINUING else 0.9
 
 
 class FakeEngine:
@@ -91,7 +98,7 @@ class FakeEngine:
             for n, word in enumerate(words):
                 await self.gate.wait()
                 request.tokens += 1
-                probe = None if params.probe_token is None else end_probability(question)
+                probe = end_probability(question) if params.probe_tokens else None
                 yield Output(n, word if n == 0 else " " + word, probe=probe)
             yield Output(None, "", True, "stop" if len(words) < params.max_tokens else "length")
         finally:

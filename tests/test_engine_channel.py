@@ -85,10 +85,10 @@ async def test_a_probe_reports_the_models_own_probability_of_a_token_through_the
     import torch
 
     model = engine_factories.tiny(**CONFIG)[0].runner.model
-    prompt, probe = PROMPTS[0], 17
+    prompt, probe = PROMPTS[0], (17, 40)
     with torch.no_grad():
-        expected = float(torch.softmax(model(torch.tensor([prompt])).logits[0, -1].float(), -1)[probe])
-    params = SamplingParams(max_tokens=2, ignore_eos=True, probe_token=probe)
+        expected = float(torch.softmax(model(torch.tensor([prompt])).logits[0, -1].float(), -1)[list(probe)].sum())
+    params = SamplingParams(max_tokens=2, ignore_eos=True, probe_tokens=probe)
     outs = [out async for out in process_engine.generate(prompt, params) if out.token_id is not None]
     assert outs[0].probe == pytest.approx(expected, rel=1e-3, abs=1e-6)
     assert outs[1].probe is not None and outs[1].probe != outs[0].probe  # a probe at each sampled position

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from fake_call import QUESTION, SECOND, Call
 
-from voicepipe.pipeline.end_of_turn import is_backchannel, judge_prompt
+from voicepipe.pipeline.end_of_turn import is_backchannel, judge_prompt, sentence_end_tokens, unpunctuated
 from voicepipe.pipeline.events import AudioIn, CommitRequested, ResponseRequested
 from voicepipe.protocol import ServerEvent
 from voicepipe.turn_detection import TurnDetection
@@ -87,7 +87,7 @@ async def test_under_server_vad_the_pause_does_not_end_the_turn():
     endpointer = scripted(call, [speech(30, pause=True)])
     await feed(call)
     assert endpointer.commits == 0  # only the silence ends it
-    assert not [r for r in call.engine.requests if r.params.probe_token is not None]  # and no judge runs
+    assert not [r for r in call.engine.requests if r.params.probe_tokens]  # and no judge runs
     await call.close()
 
 
@@ -158,3 +158,15 @@ def test_the_turn_end_is_timed_from_the_pause_when_semantic():
     assert TurnDetection().end_after_pause_s(200) == 0.0
     assert TurnDetection(type="server_vad", silence_duration_ms=500).end_after_pause_s(200) == pytest.approx(0.3)
     assert TurnDetection(eagerness="low").max_silence_ms > TurnDetection(eagerness="high").max_silence_ms
+
+
+def test_the_judge_reads_final_punctuation_and_the_end_token_as_a_finished_sentence():
+    class Vocab:
+        eos_token_id = 1
+
+        def get_vocab(self) -> dict[str, int]:
+            return {"Ġ?": 5, "?": 6, '."': 7, "a.": 8, "Ġthe": 9, "...": 10, ",": 11}
+
+    assert sentence_end_tokens(Vocab()) == (1, 5, 6, 7, 10)
+    assert unpunctuated("What is the capital of?") == "What is the capital of"
+    assert unpunctuated(" Name a fruit that is... ") == "Name a fruit that is"

@@ -1,5 +1,5 @@
 """The `voicepipe bench` command: `bench engine` (modes, roofline, knob sweep); `bench calls` (real calls);
-`bench mixed` (calls beside API traffic)."""
+`bench mixed` (calls beside API traffic); `bench turns` (turn-taking)."""
 
 import argparse
 import json
@@ -149,6 +149,34 @@ def run_calls_bench(args: argparse.Namespace) -> int:
                   f"{level['ttfa_p50_s']:.2f} s, p95 {level['ttfa_p95_s']:.2f} s, p99 {level['ttfa_p99_s']:.2f} s, "
                   f"on time {level['deadline_hit_rate']:.0%}, "
                   f"underruns {level['underruns']}")
+    if args.json:
+        save(report, args.json)
+    return 0
+
+
+def add_turns_arguments(parser: argparse.ArgumentParser) -> None:
+    from voicepipe.bench.turn_set import ESPEAK_VOICES, SPLIT_QUESTIONS
+
+    parser.add_argument("--questions", type=int, default=6, metavar="N",
+                        help=f"questions of the set to use (of {len(SPLIT_QUESTIONS)}; default 6)")
+    parser.add_argument("--voices", default=",".join((*ESPEAK_VOICES, "piper")),
+                        help="comma-separated espeak-ng voices, and piper")
+    parser.add_argument("--modes", default="server_vad,semantic_vad", help="turn detection modes to call with")
+    parser.add_argument("--decisions-only", action="store_true", help="judge the samples, make no calls")
+    add_json_argument(parser)
+    add_llm_model_arguments(parser)
+
+
+def run_turns_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from voicepipe.bench.turns import bench_turns, print_turns
+    from voicepipe.loading import ModelOptions
+
+    report = asyncio.run(bench_turns(ModelOptions.pick(vars(args)), args.questions, tuple(args.voices.split(",")),
+                                     tuple(args.modes.split(",")), args.decisions_only))
+    report["machine"] = machine()
+    print_turns(report)
     if args.json:
         save(report, args.json)
     return 0
@@ -326,6 +354,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         (add_threads_arguments, "threads", "thread-pool policies of torch, CTranslate2 and onnxruntime, each in a "
                                            "fresh process"),
         (add_ipc_arguments, "ipc", "the channel to the engine process against a thread and the bare core"),
+        (add_turns_arguments, "turns", "turn-taking on a generated set: end-of-turn decisions, and calls per "
+                                       "turn detection mode"),
         (add_json_argument, "convoy", "the same model steps alone and beside a busy server, the engine on a "
                                       "thread and in its own process"),
     ]
@@ -337,5 +367,6 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
-            "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench}
+            "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
+            "turns": run_turns_bench}
     return runs[args.bench](args)

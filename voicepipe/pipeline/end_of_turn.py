@@ -1,10 +1,16 @@
-"""Has the caller finished? The LLM's own answer: its probability of the end-of-message token after the
-words heard so far, read from a one-token request over the conversation (whose prefix is in the KV cache,
-so only the new message is computed). Measured against Smart Turn, an audio model, by `bench turns`.
+"""Has the caller finished? The LLM's own answer: the probability that the words heard so far are followed
+by a sentence's final punctuation or the end of the message, read from a one-token request over the
+conversation (whose prefix is in the KV cache, so only the new message is computed).
+
+The transcript's own final punctuation is taken off first: Whisper ends a fragment with "?" as readily as a
+question ("What is the capital of?"), so it says nothing about the words, while the model's expectation of
+what comes next does ("...of" wants a noun; "...of France" a "?"). `bench turns` measures this against the
+transcript as heard and against Smart Turn, an audio model (README, "Turn-taking").
 
 A backchannel ("mm-hm", "yeah") or a cough said over the assistant is not a turn: `is_backchannel` tells.
 """
 
+import functools
 import re
 from contextlib import aclosing
 from typing import Any
@@ -23,6 +29,24 @@ def is_backchannel(text: str) -> bool:
     return len(words) <= 3 and all(word in BACKCHANNELS for word in words)
 
 
+FINAL_PUNCTUATION = "?.!"
+
+
+@functools.cache
+def sentence_end_tokens(tokenizer: Any) -> tuple[int, ...]:
+    """The end-of-message token and every token that is only final punctuation ("?", ".", "...", "!\"")."""
+    ends = {tokenizer.eos_token_id}
+    for token, token_id in tokenizer.get_vocab().items():
+        text = token.lstrip("Ġ▁ ")
+        if text and text[0] in FINAL_PUNCTUATION and not any(c.isalnum() for c in text):
+            ends.add(token_id)
+    return tuple(sorted(ends))
+
+
+def unpunctuated(text: str) -> str:
+    return text.strip().rstrip(FINAL_PUNCTUATION + ",;:… ")
+
+
 def judge_prompt(prompt_ids: list[int], end_token: int) -> list[int] | None:
     """A reply's prompt cut just before the end-of-message token that closes the caller's message (the
     last one in it: only the assistant's opener follows); None when the template has no such token."""
@@ -33,12 +57,13 @@ def judge_prompt(prompt_ids: list[int], end_token: int) -> list[int] | None:
 
 
 async def end_probability(engine: EngineClient, tokenizer: Any, prompt_ids: list[int], deadline: float) -> float | None:
-    """The model's probability that the last message of `prompt_ids` (a reply's prompt) is finished."""
+    """The model's probability that the last message of `prompt_ids` (a reply's prompt, its last message
+    `unpunctuated`) is a finished sentence; None when the chat template has no end token to cut at."""
     end = tokenizer.eos_token_id
     judged = judge_prompt(prompt_ids, end) if end is not None else None
     if judged is None:
         return None
-    params = SamplingParams(max_tokens=1, probe_token=end)
+    params = SamplingParams(max_tokens=1, probe_tokens=sentence_end_tokens(tokenizer))
     probability = None
     stream = engine.generate(judged, params, cls=RequestClass.REALTIME, deadline=deadline)
     async with aclosing(stream) as outputs:

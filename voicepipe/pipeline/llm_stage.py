@@ -10,7 +10,7 @@ from scheduler.client import EngineClient
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
-from voicepipe.pipeline.end_of_turn import end_probability, is_backchannel
+from voicepipe.pipeline.end_of_turn import end_probability, is_backchannel, unpunctuated
 from voicepipe.pipeline.events import (
     BargeIn,
     BargeInResolved,
@@ -137,7 +137,7 @@ class LLMStage(Stage):
 
     async def _judge(self, early: TranscriptEarly) -> None:
         """Under semantic turns: end the utterance now if the LLM reads the words at the pause as finished."""
-        pending = ({"role": "user", "content": early.text.strip()},)
+        pending = ({"role": "user", "content": unpunctuated(early.text)},)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
         probability = await end_probability(self.engine, self.tokenizer, prompt, time.monotonic())
         if probability is not None and probability >= self.config.turn_detection.end_probability:

@@ -1,0 +1,237 @@
+"""`voicepipe bench turns`: the turn-taking evaluation over the generated set (`turn_set`).
+
+Two parts:
+- decisions: each complete and each cut sample, followed by the 200 ms pause at which a decision is
+  taken, judged by the LLM (Whisper's transcript, then the end-of-message probability, as a call does) and
+  by Smart Turn (the audio). Reported per detector: the false cut-offs (cut samples judged finished) at
+  the threshold that catches 90% of the finished ones, and the time a decision takes;
+- calls: every complete and paused sample spoken in real time to a real server, one call at a time, per
+  turn detection mode. Reported: how long after the last speech sample the turn ended (speech_stopped)
+  and the first reply audio came, and for paused sentences whether they were answered as one turn with
+  the whole sentence heard, and whether any reply audio came before the caller had finished.
+"""
+
+import asyncio
+import json
+import logging
+import time
+
+import numpy as np
+import websockets
+
+from voicepipe.audio import resample, to_pcm16
+from voicepipe.bench.calls import FRAME_S, bench_runtime
+from voicepipe.bench.engine_modes import percentile
+from voicepipe.bench.smart_turn import load_smart_turn
+from voicepipe.bench.turn_set import ESPEAK_VOICES, RATE, Sample, turn_set
+from voicepipe.limits import Limits
+from voicepipe.loading import ASR_FINAL, ModelOptions
+from voicepipe.pipeline import CallConfig, Conversation
+from voicepipe.pipeline.end_of_turn import end_probability, unpunctuated
+from voicepipe.protocol import ServerEvent
+from voicepipe.runtime import Runtime
+from voicepipe.server import VoiceServer
+
+log = logging.getLogger(__name__)
+CAUGHT = 0.9  # the share of finished sentences a detector must catch; its false cut-offs are read there
+PAUSE_S = 0.2  # the silence after which a decision is taken (the endpointer's first pause)
+MODES = ("server_vad", "semantic_vad")
+
+
+# -- decisions ---------------------------------------------------------------------------------------------
+async def llm_verdict(runtime: Runtime, text: str) -> float | None:
+    """What a call's LLM stage would conclude at the pause from the transcript: its end probability."""
+    conversation = Conversation(CallConfig().instructions)
+    prompt = conversation.prompt_ids(runtime.tokenizer, 2048, ({"role": "user", "content": text.strip()},))
+    return await end_probability(runtime.engine, runtime.tokenizer, prompt, time.monotonic())
+
+
+def false_cutoffs(complete: list[float], cut: list[float], caught: float = CAUGHT) -> dict:
+    """At the highest threshold that still catches `caught` of the finished sentences, the share of cut
+    ones judged finished too."""
+    threshold = float(np.quantile(complete, 1 - caught, method="lower"))
+    return {"threshold": threshold, "caught": float(np.mean([p >= threshold for p in complete])),
+            "false_cutoffs": float(np.mean([p >= threshold for p in cut]))}
+
+
+def at_threshold(complete: list[float], cut: list[float], threshold: float) -> dict:
+    return {"threshold": threshold, "caught": float(np.mean([p >= threshold for p in complete])),
+            "false_cutoffs": float(np.mean([p >= threshold for p in cut]))}
+
+
+async def decisions(runtime: Runtime, samples: list[Sample]) -> dict:
+    from voicepipe.turn_detection import EAGERNESS
+
+    pause = np.zeros(int(PAUSE_S * RATE), np.float32)
+    smart_turn = load_smart_turn()
+    detectors = ("llm", "llm_as_heard", "smart_turn")
+    scores: dict[str, dict[str, list[float]]] = {d: {"complete": [], "cut": []} for d in detectors}
+    seconds: dict[str, list[float]] = {d: [] for d in (*detectors, "asr")}
+    transcripts = []
+    for sample in (s for s in samples if s.kind in ("complete", "cut")):
+        audio = np.concatenate([sample.audio, pause])
+        t0 = time.perf_counter()
+        text = await runtime.engine.run_job(ASR_FINAL, resample(audio, RATE, runtime.asr_rate))
+        seconds["asr"].append(time.perf_counter() - t0)
+        heard = {}
+        for detector, said in (("llm", unpunctuated(text)), ("llm_as_heard", text)):
+            t0 = time.perf_counter()
+            heard[detector] = await llm_verdict(runtime, said) or 0.0
+            seconds[detector].append(time.perf_counter() - t0)
+            scores[detector][sample.kind].append(heard[detector])
+        transcripts.append({"voice": sample.voice, "kind": sample.kind, "said": sample.text, "heard": text,
+                            **heard})
+        if smart_turn is not None:
+            t0 = time.perf_counter()
+            scores["smart_turn"][sample.kind].append(smart_turn(audio))
+            seconds["smart_turn"].append(time.perf_counter() - t0)
+    report: dict = {"caught_target": CAUGHT, "transcripts": transcripts,
+                    "asr_ms_p50": 1000 * percentile(seconds["asr"], 50)}
+    for detector, by_kind in scores.items():
+        if not by_kind["complete"]:
+            report[detector] = None  # Smart Turn's weights are not installed
+            continue
+        report[detector] = {**false_cutoffs(by_kind["complete"], by_kind["cut"]),
+                            "decision_ms_p50": 1000 * percentile(seconds[detector], 50),
+                            "samples": {kind: len(v) for kind, v in by_kind.items()}}
+    report["llm"]["eagerness"] = {name: at_threshold(scores["llm"]["complete"], scores["llm"]["cut"],
+                                                     e.end_probability) for name, e in EAGERNESS.items()}
+    return report
+
+
+# -- calls -------------------------------------------------------------------------------------------------
+async def speak(url: str, sample: Sample, mode: str, limit_s: float = 12.0) -> dict:
+    """One call: set the mode, speak the sample in real time, stream silence until the replies are done."""
+    frame = int(RATE * FRAME_S)
+    lead = np.zeros(int(0.3 * RATE), np.float32)
+    pcm = to_pcm16(np.concatenate([lead, sample.audio])).tobytes()
+    seen: dict = {"stopped": [], "transcripts": [], "created": 0, "done": 0, "first_audio": None,
+                  "audio_before_end": False}
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "session.update", "session": {"turn_detection": {"type": mode}}}))
+        start = time.monotonic()
+        speech_end = start + (len(pcm) // 2) / RATE
+
+        def take(message) -> None:
+            now = time.monotonic()
+            if isinstance(message, bytes):
+                seen["first_audio"] = seen["first_audio"] or now
+                seen["audio_before_end"] |= now < speech_end
+                return
+            event = json.loads(message)
+            kind = event["type"]
+            if kind == ServerEvent.SPEECH_STOPPED:
+                seen["stopped"].append(now)
+            elif kind == ServerEvent.TRANSCRIPT_COMPLETED:
+                seen["transcripts"].append(event["transcript"])
+            elif kind == ServerEvent.RESPONSE_CREATED:
+                seen["created"] += 1
+            elif kind == ServerEvent.RESPONSE_DONE:
+                seen["done"] += 1
+
+        sent = 0
+        while time.monotonic() - start < limit_s:
+            due = start + sent / (2 * RATE)
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            chunk = pcm[sent:sent + 2 * frame]
+            await ws.send(chunk if chunk else bytes(2 * frame))
+            sent += 2 * frame
+            try:
+                while True:
+                    take(await asyncio.wait_for(ws.recv(), 0.001))
+            except TimeoutError:
+                pass
+            settled = seen["created"] and seen["done"] == seen["created"]
+            if settled and time.monotonic() > speech_end + 2.5:
+                break
+    return {"kind": sample.kind, "voice": sample.voice, "said": sample.text,
+            "turn_end_s": next((t - speech_end for t in seen["stopped"] if t >= speech_end - 0.05), None),
+            "ttfa_s": seen["first_audio"] - speech_end if seen["first_audio"] else None,
+            "transcripts": seen["transcripts"], "responses": seen["created"],
+            "audio_before_end": seen["audio_before_end"]}
+
+
+def heard_whole(result: dict, sample: Sample) -> bool:
+    """One user item, one reply, and the transcript holds words of both halves of the sentence."""
+    if len(result["transcripts"]) != 1 or result["responses"] != 1:
+        return False
+    heard = set(_words(result["transcripts"][0]))
+    return bool(heard & set(_words(sample.first))) and bool(heard & set(_words(sample.rest)))
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip(".,?!'\"").lower() for w in text.split() if len(w.strip(".,?!'\"")) > 2]
+
+
+async def calls(runtime: Runtime, samples: list[Sample], modes: tuple[str, ...]) -> dict:
+    server = VoiceServer(runtime, Limits(max_calls=1))
+    await server.start("127.0.0.1", 0)
+    url = f"ws://127.0.0.1:{server.port}/ws"
+    report: dict = {}
+    try:
+        for mode in modes:
+            results = []
+            for sample in (s for s in samples if s.kind in ("complete", "paused")):
+                result = await speak(url, sample, mode)
+                result["one_turn"] = heard_whole(result, sample)
+                results.append(result)
+                log.info("%s %s: %s", mode, sample.kind, result)
+                await asyncio.sleep(0.3)
+            complete = [r for r in results if r["kind"] == "complete"]
+            paused = [r for r in results if r["kind"] == "paused"]
+            ends = [r["turn_end_s"] for r in complete if r["turn_end_s"] is not None]
+            ttfas = [r["ttfa_s"] for r in complete if r["ttfa_s"] is not None]
+            report[mode] = {
+                "complete": {"turns": len(complete), "turn_end_p50_s": percentile(ends, 50),
+                             "turn_end_p95_s": percentile(ends, 95), "ttfa_p50_s": percentile(ttfas, 50),
+                             "ttfa_p95_s": percentile(ttfas, 95),
+                             "answered": sum(r["ttfa_s"] is not None for r in complete)},
+                "paused": {"turns": len(paused), "one_turn_rate": float(np.mean([r["one_turn"] for r in paused])),
+                           "reply_audio_before_the_end": sum(r["audio_before_end"] for r in paused)},
+                "results": results,
+            }
+    finally:
+        await server.close()
+    return report
+
+
+async def bench_turns(options: ModelOptions | None = None, questions: int | None = 6,
+                      voices: tuple[str, ...] = (*ESPEAK_VOICES, "piper"), modes: tuple[str, ...] = MODES,
+                      decisions_only: bool = False) -> dict:
+    from voicepipe.backends.tts_piper import PiperTTS
+
+    options = options or ModelOptions()
+    tts = PiperTTS(options.tts_model if options.tts == "piper" else None)
+    samples = turn_set(tts, voices, questions)
+    runtime = await bench_runtime(options, "process")
+    try:
+        report = {"samples": len(samples), "decisions": await decisions(runtime, samples)}
+        if not decisions_only:
+            report["calls"] = await calls(runtime, samples, modes)
+    finally:
+        await runtime.close()
+    return report
+
+
+def print_turns(report: dict) -> None:
+    d = report["decisions"]
+    print(f"end-of-turn decisions at a {PAUSE_S * 1000:.0f} ms pause, {report['samples']} samples "
+          f"(false cut-offs at the threshold catching {d['caught_target']:.0%} of finished sentences):")
+    print(f"  (the LLM's decisions wait for the transcript at the pause: {d['asr_ms_p50']:.0f} ms p50)")
+    for detector in ("llm", "llm_as_heard", "smart_turn"):
+        r = d[detector]
+        if r is None:
+            print(f"  {detector}: not installed")
+            continue
+        print(f"  {detector}: false cut-offs {r['false_cutoffs']:.0%} (threshold {r['threshold']:.3f}, caught "
+              f"{r['caught']:.0%}), {r['decision_ms_p50']:.0f} ms a decision (p50)")
+    for name, r in d["llm"]["eagerness"].items():
+        print(f"  llm at eagerness {name} (threshold {r['threshold']}): caught {r['caught']:.0%}, "
+              f"false cut-offs {r['false_cutoffs']:.0%}")
+    for mode, r in report.get("calls", {}).items():
+        c, p = r["complete"], r["paused"]
+        print(f"{mode}: complete questions ({c['turns']}, answered {c['answered']}): turn end p50 "
+              f"{c['turn_end_p50_s']:.2f} s p95 {c['turn_end_p95_s']:.2f} s after the last speech sample, first "
+              f"audio p50 {c['ttfa_p50_s']:.2f} s p95 {c['ttfa_p95_s']:.2f} s; paused sentences ({p['turns']}): "
+              f"{p['one_turn_rate']:.0%} one turn with the whole sentence, {p['reply_audio_before_the_end']} with "
+              f"reply audio before the caller finished")
