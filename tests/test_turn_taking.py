@@ -18,12 +18,17 @@ class ScriptedEndpointer:
 
     def __init__(self, settings, script: list[list[Boundary]]) -> None:
         self.settings, self.script, self.max_utterance_s = settings, script, 30.0
-        self.commits, self.speech_samples = 0, 0
+        self.commits, self.speech_samples, self.limits = 0, 0, []
 
     def feed(self, samples: np.ndarray) -> list[Boundary]:
         found = self.script.pop(0) if self.script else []
         self.speech_samples = max([self.speech_samples, *(b.speech_samples for b in found)])
         return found
+
+    def end_after(self, silence_ms: int) -> list[Boundary]:
+        """As the real one, with the silence so far taken to be the first pause's 200 ms."""
+        self.limits.append(silence_ms)
+        return self.commit() if silence_ms <= 200 else []
 
     def commit(self) -> list[Boundary]:
         """The utterance ends with the speech heard by its last pause (no more came since)."""
@@ -71,6 +76,7 @@ async def test_a_sentence_cut_at_a_word_waits_for_the_rest_and_becomes_one_turn(
                                  [Boundary("pause", 2 * SECOND, speech_samples=2 * SECOND)]])
     await feed(call)
     assert endpointer.commits == 0 and ServerEvent.SPEECH_STOPPED not in call.client.kinds()
+    assert endpointer.limits[0] >= 1000  # "...capital of" waits over a second for the rest
     assert ServerEvent.RESPONSE_CREATED not in call.client.kinds()  # nothing is said over an unfinished sentence
     call.asr.text = QUESTION
     await feed(call, 2)  # the caller goes on ("... France?") and pauses again
@@ -152,6 +158,13 @@ def test_backchannels_and_noises_are_told_from_words():
 def test_the_judged_prompt_ends_where_the_callers_message_would_close():
     assert judge_prompt([1, 5, 2, 7, 8, 9, 2, 3, 4], 2) == [1, 5, 2, 7, 8, 9]
     assert judge_prompt([1, 5, 7], 2) is None
+
+
+def test_the_less_finished_the_words_the_longer_the_silence_waited():
+    detection = TurnDetection()
+    waits = [detection.silence_ms(p, 200) for p in (0.5, 0.08, 0.03, 0.02, 0.01, 1e-9)]
+    assert waits[0] == waits[1] == 200 and waits[1] < waits[2] < waits[3] < waits[4]
+    assert waits[4] == waits[5] == detection.max_silence_ms
 
 
 def test_the_turn_end_is_timed_from_the_pause_when_semantic():

@@ -1,8 +1,8 @@
 """How a call decides that the caller's turn is over: the modes a client may choose, and their settings.
 
 - `semantic_vad` (the default): at the first short pause the LLM reads the transcript so far and says how
-  likely the message is over (its own probability of the end-of-message token after the text). Likely:
-  the turn ends at once. Not: the endpointer waits for more speech, up to the eagerness' longest silence,
+  likely the sentence is over (`pipeline.end_of_turn`). Likely: the turn ends at once. Less likely: the
+  endpointer waits for more speech, the longer the less likely, up to the eagerness' longest silence,
   then ends the turn anyway. A pause inside a sentence ("What is the capital of ... France?") so stays
   one utterance, and a finished question is answered without waiting out a fixed silence.
 - `server_vad`: a fixed silence (`silence_duration_ms`) ends every turn, as the OpenAI Realtime API's
@@ -14,6 +14,7 @@
 `interrupt_response: false` lets the caller speak over a reply without stopping it.
 """
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,18 +23,30 @@ TYPES = ("server_vad", "semantic_vad")  # and None: manual
 
 @dataclass(frozen=True, slots=True)
 class Eagerness:
-    """How readily a semantic turn ends: the end-of-message probability that ends it at the first pause,
-    and the longest silence waited for more speech otherwise."""
+    """How readily a semantic turn ends: the probability of a finished sentence that ends it at the first
+    pause, and the one (or less) that waits the longest silence for more speech; between the two the
+    silence waited grows with the log of how unlikely the end is."""
 
     end_probability: float
     max_silence_ms: int
+    floor_probability: float
+
+    def silence_ms(self, probability: float, pause_ms: int) -> int:
+        """The silence after the last speech that ends a turn the LLM gave `probability` of being over."""
+        if probability >= self.end_probability:
+            return pause_ms
+        share = math.log(self.end_probability / max(probability, 1e-12)) / math.log(
+            self.end_probability / self.floor_probability)
+        return int(pause_ms + min(1.0, share) * (self.max_silence_ms - pause_ms))
 
 
-# Thresholds from `voicepipe bench turns` (README, "Turn-taking"): the LLM gives a finished question
-# 0.3-0.9 and a sentence cut at a word boundary under 0.01. The longest silences are shorter than the
-# Realtime API's (8, 4 and 2 s): on a caller's phone, seconds of silence after a finished question the
-# detector missed cost more than a rare early answer.
-EAGERNESS = {"low": Eagerness(0.3, 3000), "medium": Eagerness(0.1, 2000), "high": Eagerness(0.03, 1200)}
+# From `voicepipe bench turns` (README, "Turn-taking"): most finished questions get over 0.05 and most
+# sentences cut at a word boundary under 0.01 (Whisper's words at a pause are often garbled, so neither
+# all). Medium keeps the cut sentences followed by a 0.7-1.0 s pause whole about 9 times in 10. The
+# longest silences are shorter than the Realtime API's (8, 4 and 2 s): on a phone, seconds of silence
+# after a finished question the detector doubted cost more than a rare early answer.
+EAGERNESS = {"low": Eagerness(0.1, 3000, 3e-3), "medium": Eagerness(0.08, 2000, 1e-2),
+             "high": Eagerness(0.03, 1200, 3e-3)}
 EAGERNESS["auto"] = EAGERNESS["medium"]
 RANGES = {"threshold": (0.01, 0.99), "prefix_padding_ms": (0, 2000), "silence_duration_ms": (100, 5000)}
 FLAGS = ("create_response", "interrupt_response")
@@ -64,9 +77,9 @@ class TurnDetection:
         """The silence after which the turn ends whatever was said."""
         return EAGERNESS[self.eagerness].max_silence_ms if self.semantic else self.silence_duration_ms
 
-    @property
-    def end_probability(self) -> float:
-        return EAGERNESS[self.eagerness].end_probability
+    def silence_ms(self, probability: float, pause_ms: int) -> int:
+        """Under semantic turns, the silence that ends a turn whose words the LLM judged `probability`."""
+        return EAGERNESS[self.eagerness].silence_ms(probability, pause_ms)
 
     def end_after_pause_s(self, pause_ms: int) -> float:
         """How long after the first pause (`pause_ms` of silence) the end of speech should be confirmed: at

@@ -110,6 +110,7 @@ class Endpointer:
         self._windows = 0  # windows in the current utterance
         self._silent = 0  # consecutive silent windows
         self._paused = False
+        self._limit_ms: int | None = None  # a silence limit for this pause, from `end_after`
 
     def feed(self, samples: np.ndarray) -> list[Boundary]:
         """Add audio; return what it revealed, in order."""
@@ -120,6 +121,16 @@ class Endpointer:
         for start in range(0, whole, WINDOW):
             found += self._window(audio[start:start + WINDOW])
         return found
+
+    def end_after(self, silence_ms: int) -> list[Boundary]:
+        """End the utterance in progress once its silence lasts `silence_ms` (now, if it already has); the
+        limit holds until speech resumes."""
+        if self._state != "speech":
+            return []
+        if self._silent * WINDOW_MS >= silence_ms:
+            return self.commit()
+        self._limit_ms = silence_ms
+        return []
 
     def commit(self) -> list[Boundary]:
         """End the utterance in progress now, as if its silence had run out; [] when there is none."""
@@ -159,11 +170,12 @@ class Endpointer:
         if s.manual:
             pass
         elif speech:
-            self._paused = False
+            self._paused, self._limit_ms = False, None
         elif not self._paused and self._silent * WINDOW_MS >= self.early_pause_ms:
             self._paused = True
             found.append(Boundary("pause", self._position, speech_samples=speech_samples))
-        if not s.manual and self._silent * WINDOW_MS >= s.max_silence_ms:
+        limit = s.max_silence_ms if self._limit_ms is None else min(self._limit_ms, s.max_silence_ms)
+        if not s.manual and self._silent * WINDOW_MS >= limit:
             self._state = "idle"
             found.append(Boundary("stop", self._position, speech_samples=speech_samples))
         elif self._windows >= self.max_windows:
@@ -175,5 +187,6 @@ class Endpointer:
         head = np.concatenate([*self._prefix, window])
         self._prefix.clear()
         self._state, self._windows, self._silent, self._paused = "speech", len(head) // WINDOW, 0, False
+        self._limit_ms = None
         return [Boundary("start", self._position - len(head)),
                 Boundary("audio", self._position, head, is_speech=True)]

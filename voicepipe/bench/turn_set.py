@@ -36,7 +36,7 @@ class Sample:
     first: str
     rest: str
     audio: np.ndarray  # 16 kHz float32, speech only (no silence before or after)
-    pause_s: float = 0.0  # the pause inside a paused sample
+    pause_s: float = 0.0  # the pause inside a paused sample (after a cut one, in its paused form)
 
     @property
     def text(self) -> str:
@@ -67,7 +67,7 @@ def espeak_samples(voice: str, first: str, rest: str, pause_s: float) -> list[Sa
     paused = _espeak(voice, f'<speak>{first} <break time="{int(pause_s * 1000)}ms"/> {rest}</speak>', ssml=True)
     end, _ = _longest_gap(paused)
     return [Sample("complete", voice, first, rest, _espeak(voice, f"{first} {rest}")),
-            Sample("cut", voice, first, rest, paused[:end]),
+            Sample("cut", voice, first, rest, paused[:end], pause_s),
             Sample("paused", voice, first, rest, paused, pause_s)]
 
 
@@ -79,7 +79,7 @@ def piper_samples(tts, first: str, rest: str, pause_s: float) -> list[Sample]:
     head = say(first)
     paused = np.concatenate([head, np.zeros(int(pause_s * RATE), np.float32), say(rest)])
     return [Sample("complete", "piper", first, rest, say(f"{first} {rest}")),
-            Sample("cut", "piper", first, rest, head),
+            Sample("cut", "piper", first, rest, head, pause_s),
             Sample("paused", "piper", first, rest, paused, pause_s)]
 
 

@@ -54,9 +54,16 @@ def false_cutoffs(complete: list[float], cut: list[float], caught: float = CAUGH
             "false_cutoffs": float(np.mean([p >= threshold for p in cut]))}
 
 
-def at_threshold(complete: list[float], cut: list[float], threshold: float) -> dict:
-    return {"threshold": threshold, "caught": float(np.mean([p >= threshold for p in complete])),
-            "false_cutoffs": float(np.mean([p >= threshold for p in cut]))}
+def waits(eagerness, complete: list[float], cut: list[float], cut_pauses: list[float]) -> dict:
+    """What an eagerness makes of the LLM's verdicts: the silence each finished sentence waits before its
+    turn ends, and the share of cut ones whose wait is shorter than the pause after them (cut off)."""
+    pause_ms = int(PAUSE_S * 1000)
+    complete_ms = [eagerness.silence_ms(p, pause_ms) for p in complete]
+    cut_ms = [eagerness.silence_ms(p, pause_ms) for p in cut]
+    return {"end_probability": eagerness.end_probability, "ended_at_the_pause": float(np.mean(
+                [ms <= pause_ms for ms in complete_ms])),
+            "complete_wait_p50_ms": percentile(complete_ms, 50), "complete_wait_p95_ms": percentile(complete_ms, 95),
+            "false_cutoffs": float(np.mean([ms < 1000 * pause for ms, pause in zip(cut_ms, cut_pauses, strict=True)]))}
 
 
 async def decisions(runtime: Runtime, samples: list[Sample]) -> dict:
@@ -94,8 +101,9 @@ async def decisions(runtime: Runtime, samples: list[Sample]) -> dict:
         report[detector] = {**false_cutoffs(by_kind["complete"], by_kind["cut"]),
                             "decision_ms_p50": 1000 * percentile(seconds[detector], 50),
                             "samples": {kind: len(v) for kind, v in by_kind.items()}}
-    report["llm"]["eagerness"] = {name: at_threshold(scores["llm"]["complete"], scores["llm"]["cut"],
-                                                     e.end_probability) for name, e in EAGERNESS.items()}
+    cut_pauses = [s.pause_s for s in samples if s.kind == "cut"]
+    report["llm"]["eagerness"] = {name: waits(e, scores["llm"]["complete"], scores["llm"]["cut"], cut_pauses)
+                                  for name, e in EAGERNESS.items()}
     return report
 
 
@@ -226,8 +234,9 @@ def print_turns(report: dict) -> None:
         print(f"  {detector}: false cut-offs {r['false_cutoffs']:.0%} (threshold {r['threshold']:.3f}, caught "
               f"{r['caught']:.0%}), {r['decision_ms_p50']:.0f} ms a decision (p50)")
     for name, r in d["llm"]["eagerness"].items():
-        print(f"  llm at eagerness {name} (threshold {r['threshold']}): caught {r['caught']:.0%}, "
-              f"false cut-offs {r['false_cutoffs']:.0%}")
+        print(f"  eagerness {name}: {r['ended_at_the_pause']:.0%} of finished sentences end at the pause; their "
+              f"silence p50 {r['complete_wait_p50_ms']:.0f} ms, p95 {r['complete_wait_p95_ms']:.0f} ms; "
+              f"cut sentences cut off before their pause ends: {r['false_cutoffs']:.0%}")
     for mode, r in report.get("calls", {}).items():
         c, p = r["complete"], r["paused"]
         print(f"{mode}: complete questions ({c['turns']}, answered {c['answered']}): turn end p50 "

@@ -134,11 +134,13 @@ class TranscriptEarly(Event):
 
 @dataclass(frozen=True, slots=True)
 class EndOfTurn(Feedback):
-    """The LLM read the transcript at the pause at `paused_at` as a finished message: end the utterance."""
+    """The LLM's verdict on the transcript at the pause at `paused_at`: end the utterance once its silence
+    has lasted `silence_ms` (at once if it has), unless the caller speaks again."""
 
     item_id: str
     paused_at: float
     probability: float
+    silence_ms: int
 
 
 @dataclass(frozen=True, slots=True)

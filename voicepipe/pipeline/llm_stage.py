@@ -136,12 +136,13 @@ class LLMStage(Stage):
         return False
 
     async def _judge(self, early: TranscriptEarly) -> None:
-        """Under semantic turns: end the utterance now if the LLM reads the words at the pause as finished."""
+        """Under semantic turns: how long to wait for more speech, from how finished the words at the pause read."""
         pending = ({"role": "user", "content": unpunctuated(early.text)},)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
         probability = await end_probability(self.engine, self.tokenizer, prompt, time.monotonic())
-        if probability is not None and probability >= self.config.turn_detection.end_probability:
-            self.emit_upstream(EndOfTurn(early.item_id, early.paused_at, probability))
+        if probability is not None:
+            silence = self.config.turn_detection.silence_ms(probability, self.config.early_final_ms)
+            self.emit_upstream(EndOfTurn(early.item_id, early.paused_at, probability, silence))
 
     async def _prime(self) -> None:
         """Prefill the instructions while the caller speaks their first words: they stay in the KV cache

@@ -61,7 +61,7 @@ class VADStage(Stage):
         if not isinstance(event, EndOfTurn):
             return False
         if event.item_id == self.item_id and event.paused_at == self._paused_at:
-            self._boundaries(self.endpointer.commit())
+            self._boundaries(self.endpointer.end_after(event.silence_ms))
         return True
 
     def _boundaries(self, boundaries: list[Boundary]) -> None:
