@@ -172,6 +172,36 @@ async def test_realtime_text_turn_and_cancel(client):
         assert error.error.code == "unknown_event"
 
 
+async def test_realtime_manual_turns_wait_for_the_clients_commit_and_response_create(client, speech_wav, words):
+    question = read_audio(speech_wav(QUESTION), 16000)
+    async with client.realtime.connect(model="voicepipe") as conn:
+        seen: list = []
+        await events_until(conn, "session.created", seen)
+        await conn.session.update(session={"type": "realtime", "audio": {"input": {"turn_detection": None}}})
+        updated = await events_until(conn, "session.updated", seen)
+        assert updated.session.audio.input.turn_detection is None
+        audio = pcm24(np.concatenate([question, np.zeros(24000, np.float32)]))
+        step = REALTIME_RATE // 10 * 2
+        for offset in range(0, len(audio), step):
+            await conn.input_audio_buffer.append(audio=base64.b64encode(audio[offset:offset + step]).decode())
+            await asyncio.sleep(0.05)
+        await conn.input_audio_buffer.commit()
+        transcript = await events_until(conn, "conversation.item.input_audio_transcription.completed", seen)
+        assert {"capital", "france"} <= words(transcript.transcript)
+        with pytest.raises(TimeoutError):  # the server says nothing more until it is asked
+            while True:
+                seen.append(await asyncio.wait_for(conn.recv(), 2.0))
+        kinds = [e.type for e in seen]
+        assert "input_audio_buffer.speech_started" not in kinds and "response.created" not in kinds
+        await conn.response.create()
+        assert (await events_until(conn, "response.done", seen)).response.status == "completed"
+        # Semantic turns, and back: each mode reads back as set.
+        await conn.session.update(session={"type": "realtime", "audio": {"input": {
+            "turn_detection": {"type": "semantic_vad", "eagerness": "high", "interrupt_response": False}}}})
+        detection = (await events_until(conn, "session.updated", seen)).session.audio.input.turn_detection
+        assert (detection.type, detection.eagerness, detection.interrupt_response) == ("semantic_vad", "high", False)
+
+
 async def test_beta_clients_get_the_beta_names(server):
     """A client that asks for the beta dialect reads its event names, and may send its session shape."""
     import json
@@ -197,6 +227,11 @@ async def test_beta_clients_get_the_beta_names(server):
             "turn_detection": {"type": "server_vad", "silence_duration_ms": 600}}}))
         updated = await until("session.updated")
         assert updated["session"]["turn_detection"]["silence_duration_ms"] == 600
+        for detection in ({"type": "semantic_vad", "eagerness": "low"}, None):  # the beta's other two modes
+            await ws.send(json.dumps({"type": "session.update", "session": {"turn_detection": detection}}))
+            updated = await until("session.updated")
+            assert (updated["session"]["turn_detection"] or {}).get("eagerness") == (detection or {}).get("eagerness")
+            assert (updated["session"]["turn_detection"] is None) is (detection is None)
         await ws.send(json.dumps({"type": "session.update", "session": {"input_audio_format": "g711_ulaw"}}))
         assert (await until("error"))["error"]["code"] == "unsupported_session"
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {

@@ -10,7 +10,8 @@ from voicepipe.audio import read_audio
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 # A long confirmation window, so the pass at the pause (200 ms into the silence) surely ends inside it.
-SLOW_STOP = {"type": "session.update", "session": {"turn_detection": {"silence_duration_ms": 2000}}}
+SLOW_STOP = {"type": "session.update",
+             "session": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 2000}}}
 
 
 @pytest.fixture

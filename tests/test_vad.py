@@ -55,3 +55,30 @@ def test_long_speech_is_cut(speech):
     stops = [b for b in found if b.kind == "stop"]
     assert len(stops) == 1 and stops[0].truncated
     assert sum(len(b.audio) for b in found if b.kind == "audio") <= SAMPLE_RATE
+
+
+@pytest.mark.parametrize("silence_ms", [200, 900])
+def test_a_verdict_at_the_pause_ends_the_utterance_after_the_silence_it_asks_for(speech, silence_ms):
+    audio = np.concatenate([np.zeros(SAMPLE_RATE // 2, np.float32), speech, np.zeros(3 * SAMPLE_RATE, np.float32)])
+    _, offset = loud_extent(audio)
+    endpointer = Endpointer(TurnDetection())  # semantic: on its own it would wait 2 s
+    found, pause = [], None
+    for start in range(0, len(audio), FRAME):
+        found += endpointer.feed(audio[start:start + FRAME])
+        if pause is None and any(b.kind == "pause" for b in found):
+            pause = next(b for b in found if b.kind == "pause")
+            found += endpointer.end_after(silence_ms)
+    stop = next(b for b in found if b.kind == "stop")
+    if silence_ms <= 200:
+        assert stop.position == pause.position  # the pause had lasted that long already: ended at once
+    assert offset + silence_ms / 1000 - 0.1 <= stop.position / SAMPLE_RATE <= offset + silence_ms / 1000 + 0.2
+
+
+def test_under_manual_turns_all_audio_is_the_utterance_until_commit(speech):
+    audio = np.concatenate([np.zeros(SAMPLE_RATE, np.float32), speech, np.zeros(3 * SAMPLE_RATE, np.float32)])
+    endpointer = Endpointer(TurnDetection(type=None))
+    found = stream(endpointer, audio)
+    assert [b.kind for b in found if b.kind != "audio"] == ["start"] and found[0].position == 0
+    assert sum(len(b.audio) for b in found if b.kind == "audio") == len(audio) // 512 * 512  # silence too
+    stop = endpointer.commit()
+    assert [b.kind for b in stop] == ["stop"] and endpointer.commit() == []

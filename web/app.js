@@ -7,6 +7,7 @@
 //   connection.js       the websocket: its URL, reconnecting, sending and receiving
 //   conversation.js     the chat log, transcripts, answers, reply audio and barge-in (latency.js: the bars)
 //   knobs.js            the scheduler's knobs, their ranges and values from the server
+//   turns.js            the turn-taking mode, and the Reply button of manual turns
 //   scheduler-panel.js  the live charts of scheduler.stats
 //   mic-control.js      the Start talking button and the level meter
 //   ui.js               element lookup, the error banner, number formats
@@ -15,6 +16,7 @@ import { FRAME_SAMPLES, INPUT_RATE } from "./audio.js";
 import { connect, closedForIdle, sendJson, setConn, setReceiver } from "./connection.js";
 import * as conversation from "./conversation.js";
 import * as knobs from "./knobs.js";
+import * as turns from "./turns.js";
 import { setMic, startTalking, stopTalking } from "./mic-control.js";
 import { ErrorCode, ServerEvent } from "./protocol.js";
 import { drawDeadlines, onStats, scheduleDraw } from "./scheduler-panel.js";
@@ -52,6 +54,7 @@ const handlers = {
     }
     showError(e.message || "The server reported an error.", e.code || e.type);
     knobs.refused(e.message);
+    turns.refused();
   },
 };
 
@@ -69,6 +72,7 @@ function applySession(session, created) {
   const rate = s.output_audio_format && s.output_audio_format.sample_rate;
   if (rate) hook.outputSampleRate = rate;
   knobs.fromSession(s, created);
+  turns.fromSession(s);
   showSession(s);
 }
 

@@ -165,10 +165,10 @@ export function responseDone(ev) {
 
 // ---- reply audio ---------------------------------------------------------------------------------------
 /** Barge-in: the server dropped the reply's audio; so does the page, and any of it still on its way. */
-export function playbackCleared(ev) {
+// The caller spoke over the reply: drop what is queued. Audio of the same response after this is the rest of
+// it, sent because what the caller said was only a backchannel or a noise: it plays.
+export function playbackCleared() {
   hook.cleared++;
-  const rid = ev.response_id || currentResponse;
-  if (rid) droppedResponses.add(rid);
   pendingAudio = null;
   player.clear();
   if (hook.phase === "speaking") setPhase("idle");

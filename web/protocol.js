@@ -5,6 +5,8 @@
 /** Events the page sends (besides binary frames of microphone audio). */
 export const ClientEvent = Object.freeze({
   SESSION_UPDATE: "session.update",
+  AUDIO_COMMIT: "input_audio_buffer.commit",
+  RESPONSE_CREATE: "response.create",
   RESPONSE_CANCEL: "response.cancel",
 });
 
@@ -34,6 +36,17 @@ export const ErrorCode = Object.freeze({
 /** Change the scheduler's knobs (engine-wide): `scheduler` is {knob name: value}. */
 export function sessionUpdate(scheduler) {
   return { type: ClientEvent.SESSION_UPDATE, session: { scheduler } };
+}
+
+/** Choose how the server ends the caller's turns: `detection` is a turn_detection object, or null for
+ * manual turns (the page commits and asks for the reply). */
+export function turnDetectionUpdate(detection) {
+  return { type: ClientEvent.SESSION_UPDATE, session: { turn_detection: detection } };
+}
+
+/** End the caller's turn by hand (manual turns), and ask for the reply. */
+export function commitAndReply() {
+  return [{ type: ClientEvent.AUDIO_COMMIT }, { type: ClientEvent.RESPONSE_CREATE }];
 }
 
 /** Ask the server to stop the response in progress. */
