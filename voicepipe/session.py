@@ -15,6 +15,7 @@ from scheduler import KNOBS
 from scheduler.client import EngineUnavailable
 from voicepipe import protocol
 from voicepipe.audio import to_float32
+from voicepipe.ids import new_id
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.events import (
@@ -25,7 +26,6 @@ from voicepipe.pipeline.events import (
     ItemCreated,
     ResponseRequested,
     TruncateRequested,
-    new_id,
 )
 from voicepipe.pipeline.turn_metrics import turn_metrics
 from voicepipe.protocol import ClientEvent, ServerEvent

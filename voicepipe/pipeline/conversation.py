@@ -3,7 +3,7 @@
 from typing import Any
 
 from voicepipe.backends.base import chat_prompt_ids
-from voicepipe.pipeline.events import new_id
+from voicepipe.ids import new_id
 
 
 class Conversation:

@@ -10,7 +10,6 @@ whole truth of who tells whom what.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,11 +17,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     from voicepipe.pipeline.turn import Turn
-
-
-def new_id(prefix: str) -> str:
-    """An id for a call, an item or a response, in the Realtime API's style (`item_3f9a...`)."""
-    return f"{prefix}_{secrets.token_hex(8)}"
 
 
 @dataclass(frozen=True, slots=True)

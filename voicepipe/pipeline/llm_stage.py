@@ -8,6 +8,7 @@ from typing import Any
 from scheduler import RequestClass, SamplingParams
 from scheduler.client import EngineClient
 from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.ids import new_id
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.end_of_turn import end_probability, is_backchannel, unpunctuated
@@ -33,7 +34,6 @@ from voicepipe.pipeline.events import (
     TranscriptFinal,
     TurnCancelled,
     TurnConfirmed,
-    new_id,
 )
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage

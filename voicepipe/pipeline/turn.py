@@ -5,7 +5,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from voicepipe.pipeline.events import new_id
+from voicepipe.ids import new_id
 
 
 @dataclass(eq=False)

@@ -3,6 +3,7 @@ has spoken over the assistant long enough to stop it."""
 
 import time
 
+from voicepipe.ids import new_id
 from voicepipe.pipeline.events import (
     AudioIn,
     BargeIn,
@@ -18,7 +19,6 @@ from voicepipe.pipeline.events import (
     SpeechResumed,
     SpeechStarted,
     SpeechStopped,
-    new_id,
 )
 from voicepipe.pipeline.stage import Stage
 from voicepipe.vad import SAMPLE_RATE, WINDOW_MS, Boundary, Endpointer

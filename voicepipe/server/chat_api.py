@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler import RequestClass, SamplingParams
 from voicepipe.backends.base import chat_prompt_ids
-from voicepipe.pipeline.events import new_id
+from voicepipe.ids import new_id
 
 if TYPE_CHECKING:
     from voicepipe.server.voice_server import VoiceServer

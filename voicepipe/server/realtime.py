@@ -17,7 +17,7 @@ import numpy as np
 import soxr
 
 from voicepipe import protocol
-from voicepipe.pipeline.events import new_id
+from voicepipe.ids import new_id
 from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.runtime import Runtime
 from voicepipe.server.realtime_session import RATE, UnsupportedSession, ga_session, native_update
