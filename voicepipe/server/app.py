@@ -64,7 +64,7 @@ def build_app(server: "VoiceServer") -> FastAPI:
                                 lambda line: RealtimeDialect(line, server.runtime, beta=beta))
 
     install_error_handlers(app)
-    app.include_router(build_router(server))
+    app.include_router(build_router(server.runtime, server.limits, server.metrics))
     app.mount("/", WebFiles(directory=server.web_dir, html=True), name="web")
     return Guard(app, server)
 

@@ -10,7 +10,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from scheduler import RequestClass, SamplingParams
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.ids import new_id
-
-if TYPE_CHECKING:
-    from voicepipe.server.voice_server import VoiceServer
+from voicepipe.limits import Limits
+from voicepipe.runtime import Runtime
+from voicepipe.server.metrics import CallMetrics
 
 MAX_STOP = 4  # as OpenAI allows
 
@@ -95,9 +95,8 @@ def openai_error(status: int, message: str, code: str | None = None, param: str 
                         status_code=status)
 
 
-def build_router(server: "VoiceServer") -> APIRouter:
+def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIRouter:
     router = APIRouter(prefix="/v1")
-    runtime = server.runtime
     model_id = runtime.model_id
     # Text requests admitted and not yet finished: a stream's body, or a token while a whole answer is
     # written. Weak, so a stream whose client left before it began (its body never run) is not counted on.
@@ -123,7 +122,7 @@ def build_router(server: "VoiceServer") -> APIRouter:
             return counted(openai_error(400, f"{unsupported!r} is not supported by this server yet",
                                         "unsupported_parameter", unsupported))
         try:
-            params = body.sampling(limit, server.limits.text_max_tokens)
+            params = body.sampling(limit, limits.text_max_tokens)
         except ValueError as e:
             return counted(openai_error(400, str(e), "invalid_value", "stop"))
         prompt = chat_prompt_ids(runtime.tokenizer, [m.as_chat() for m in body.messages])
@@ -134,14 +133,14 @@ def build_router(server: "VoiceServer") -> APIRouter:
         if not runtime.engine.alive:
             return counted(openai_error(503, "the engine is restarting; try again in a few seconds",
                                         "engine_unavailable", kind="server_error"))
-        if len(in_flight) >= server.limits.max_text_requests:
-            response = openai_error(429, f"this server runs at most {server.limits.max_text_requests} text "
+        if len(in_flight) >= limits.max_text_requests:
+            response = openai_error(429, f"this server runs at most {limits.max_text_requests} text "
                                     "requests at once; try again shortly", "too_many_requests", kind="requests")
             response.headers["Retry-After"] = "1"
             return counted(response)
         completion = Completion(new_id("chatcmpl"), model_id, len(prompt))
         stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
-        server.metrics.api_requests.labels("chat.completions", "200").inc()
+        metrics.api_requests.labels("chat.completions", "200").inc()
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             events = completion.sse(stream, usage, lambda: in_flight.discard(events))
@@ -158,7 +157,7 @@ def build_router(server: "VoiceServer") -> APIRouter:
         return completion.whole()
 
     def counted(response: JSONResponse) -> JSONResponse:
-        server.metrics.api_requests.labels("chat.completions", str(response.status_code)).inc()
+        metrics.api_requests.labels("chat.completions", str(response.status_code)).inc()
         return response
 
     @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
