@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler import RequestClass, SamplingParams
+from scheduler import EngineConfig, RequestClass, SamplingParams
 from scheduler.request import Output
 from voicepipe.loading import device_jobs
 
@@ -76,6 +76,7 @@ class FakeEngine:
         self.tokenizer, self.replies, self.default_reply = tokenizer, replies or {}, default_reply
         self.handlers = device_jobs(asr or FakeASR(""), tts or FakeTTS())
         self.alive = True
+        self.config = EngineConfig()
         self.max_context = 2048
         self.requests: list[Request] = []
         self.jobs: list[tuple[str, RequestClass]] = []
@@ -125,6 +126,9 @@ class FakeEngine:
 
     def busy(self) -> bool:
         return False
+
+    async def view(self, name: str) -> dict:
+        return {}
 
     def open_session(self, session: str) -> None:
         pass

@@ -45,8 +45,10 @@ class ServerEvent:
     ERROR = "error"
 
 
-def error(code: str, message: str, kind: str = "invalid_request_error") -> dict:
-    return {"type": ServerEvent.ERROR, "error": {"type": kind, "code": code, "message": message}}
+def error(code: str, message: str, kind: str = "invalid_request_error", event_id: str | None = None) -> dict:
+    """An error; `event_id` names the client event that caused it, when the client gave its events ids."""
+    return {"type": ServerEvent.ERROR, "error": {"type": kind, "code": code, "message": message,
+                                                 "event_id": event_id}}
 
 
 def session_event(kind: str, session: dict) -> dict:

@@ -63,6 +63,7 @@ class Session:
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send)
         self._send_lock = asyncio.Lock()
         self._responses: set[str] = set()  # response.created sent, response.done not yet
+        self._cause: str | None = None  # the event_id of the client event being handled
 
     @property
     def replying(self) -> bool:
@@ -117,7 +118,8 @@ class Session:
                     return
 
     async def error(self, code: str, message: str) -> None:
-        await self.send(protocol.error(code, message))
+        """An error caused by the client event being handled (its `event_id` goes back with it)."""
+        await self.send(protocol.error(code, message, event_id=self._cause))
 
     # -- client messages -------------------------------------------------------------------------------------
     async def _handle(self, message: str | bytes) -> None:
@@ -135,6 +137,14 @@ class Session:
             await self.error("invalid_json", f"the message is not valid JSON ({type(e).__name__}: {e})")
             return
         kind = event.get("type") if isinstance(event, dict) else None
+        cause = event.get("event_id") if isinstance(event, dict) else None
+        self._cause = cause if isinstance(cause, str) and len(cause) <= 64 else None
+        try:
+            await self._dispatch(kind, event)
+        finally:
+            self._cause = None
+
+    async def _dispatch(self, kind: Any, event: Any) -> None:
         if not isinstance(kind, str):
             await self.error("invalid_event", "an event must be a JSON object with a string 'type'")
         elif kind == ClientEvent.AUDIO_APPEND:
@@ -146,7 +156,7 @@ class Session:
         elif kind == ClientEvent.RESPONSE_CREATE:
             await self._create_response(event.get("response"))
         elif kind == ClientEvent.AUDIO_COMMIT:
-            self.pipeline.push(CommitRequested())
+            self.pipeline.push(CommitRequested(self._cause))
         elif kind == ClientEvent.AUDIO_CLEAR:
             self.pipeline.push(ClearRequested())
         elif kind == ClientEvent.ITEM_CREATE:
@@ -193,7 +203,7 @@ class Session:
             await self.error("invalid_metadata", f"response.metadata must be at most {MAX_METADATA} pairs of "
                              "strings (keys up to 64 characters, values up to 512)")
             return
-        self.pipeline.push(ResponseRequested(metadata))
+        self.pipeline.push(ResponseRequested(metadata, self._cause))
 
     async def _truncate(self, event: dict) -> None:
         item_id, end = event.get("item_id"), event.get("audio_end_ms")

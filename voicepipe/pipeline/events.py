@@ -162,6 +162,8 @@ class CancelRequested(Event):
 class CommitRequested(Event):
     """The client declared its utterance over (`input_audio_buffer.commit`), before the VAD heard silence."""
 
+    event_id: str | None = None  # the client's, for an error it causes
+
 
 @dataclass(frozen=True, slots=True)
 class ClearRequested(Event):
@@ -190,6 +192,7 @@ class ResponseRequested(Event):
     back in its `response.created` (clients match their request to its reply by it)."""
 
     metadata: dict[str, str] | None = None
+    event_id: str | None = None  # the client's, for an error it causes
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,3 +280,4 @@ class Error(Event):
     code: str
     message: str
     type: str = "invalid_request_error"
+    event_id: str | None = None  # the client event that caused it

@@ -97,7 +97,7 @@ class LLMStage(Stage):
         elif isinstance(event, ResponseRequested):
             if self.turn is not None and self.turn.active and not self.turn.speculative:
                 self.emit(Error("conversation_already_has_active_response", "a response is in progress; "
-                                "cancel it (response.cancel) or wait for its response.done"))
+                                "cancel it (response.cancel) or wait for its response.done", event_id=event.event_id))
             else:
                 self._drop_speculation()
                 self._reply(None, time.monotonic(), None, event.metadata)

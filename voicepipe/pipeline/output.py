@@ -132,7 +132,7 @@ class ClientOutput(Stage):
                 await self._stop_audio(event.turn, now)
                 await self._finish(event.turn, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
         elif isinstance(event, Error):
-            await self.send(protocol.error(event.code, event.message, event.type))
+            await self.send(protocol.error(event.code, event.message, event.type, event.event_id))
 
     async def _audio(self, event: AudioOut, resumed: bool = False) -> None:
         step = int(MAX_FRAME_S * self.sample_rate)

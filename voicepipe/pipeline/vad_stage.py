@@ -49,7 +49,7 @@ class VADStage(Stage):
             found = self.endpointer.commit()
             if not found:
                 self.emit(Error("input_audio_buffer_commit_empty", "there is no speech in the input audio buffer "
-                                "to commit"))
+                                "to commit", event_id=event.event_id))
             self._boundaries(found)
         elif isinstance(event, ClearRequested):
             self._paused_at = None

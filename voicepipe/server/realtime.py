@@ -64,21 +64,23 @@ class RealtimeDialect:
 
     async def _inbound(self, event: dict) -> str | bytes | None:
         kind = event.get("type")
+        cause = event.get("event_id") if isinstance(event.get("event_id"), str) else None
         if kind == ClientEvent.AUDIO_APPEND:
             try:
                 pcm = base64.b64decode(event.get("audio") or "", validate=True)
             except (binascii.Error, ValueError, TypeError) as e:
-                await self._send(protocol.error("invalid_audio", f"input_audio_buffer.append: {e}"))
+                await self._send(protocol.error("invalid_audio", f"input_audio_buffer.append: {e}", event_id=cause))
                 return None
             if len(pcm) % 2:
-                await self._send(protocol.error("invalid_audio", "PCM16 audio needs an even number of bytes"))
+                await self._send(protocol.error("invalid_audio", "PCM16 audio needs an even number of bytes",
+                                                event_id=cause))
                 return None
             return self._mic.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2").tobytes() or None
         if kind == ClientEvent.SESSION_UPDATE:
             try:
                 return json.dumps({"type": ClientEvent.SESSION_UPDATE, "session": native_update(event.get("session"))})
             except UnsupportedSession as e:
-                await self._send(protocol.error("unsupported_session", str(e)))
+                await self._send(protocol.error("unsupported_session", str(e), event_id=cause))
                 return None
         return json.dumps(event)  # the rest has the same name and shape natively (or the session says so)
 
@@ -145,7 +147,7 @@ class RealtimeDialect:
         if kind == ServerEvent.RESPONSE_DONE:
             return self._response_done(event["response"])
         if kind == ServerEvent.ERROR:
-            return [{"type": "error", "error": {**event["error"], "param": None, "event_id": None}}]
+            return [{"type": "error", "error": {"param": None, **event["error"]}}]
         return [event]
 
     def _response_created(self, response: dict) -> list[dict]:
