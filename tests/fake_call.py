@@ -1,12 +1,16 @@
 """One call's pipeline over the fake models and engine, and what its caller received: the fixture of the
-pipeline's fast tests. Utterance events go in directly, as the VAD stage would emit them."""
+pipeline's fast tests (utterance events go in directly, as the VAD stage would emit them); and a real
+server over the fake engine."""
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import numpy as np
 from fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 
+from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
 from voicepipe.pipeline.events import SpeechAudio, SpeechPaused, SpeechStarted, SpeechStopped
 from voicepipe.runtime import Runtime
@@ -77,3 +81,19 @@ async def settle(pipeline) -> None:
         quiet = quiet + 1 if all(q.empty() for q in pipeline.queues) else 0
         if quiet >= 30:
             return
+
+
+@asynccontextmanager
+async def fake_server(limits: Limits, reply: str = "one two three four five six") -> AsyncIterator[tuple]:
+    """A real voice server on a loopback port over the fake engine: (server, engine)."""
+    from voicepipe.server import VoiceServer
+
+    engine = FakeEngine(FakeTokenizer(), default_reply=reply)
+    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
+    server = VoiceServer(runtime, limits)
+    await server.start("127.0.0.1", 0)
+    try:
+        yield server, engine
+    finally:
+        engine.gate.set()
+        await server.close()

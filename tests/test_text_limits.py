@@ -8,24 +8,17 @@ import time
 
 import pytest
 import pytest_asyncio
-from fakes import FakeEngine, FakeTokenizer
+from fake_call import fake_server
 
 from voicepipe.limits import Limits
-from voicepipe.runtime import Runtime
-from voicepipe.server import VoiceServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def served():
-    engine = FakeEngine(FakeTokenizer(), default_reply="one two three four five six")
-    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
-    server = VoiceServer(runtime, Limits(max_text_requests=2, text_max_tokens=5))
-    await server.start("127.0.0.1", 0)
-    yield server, engine
-    engine.gate.set()
-    await server.close()
+    async with fake_server(Limits(max_text_requests=2, text_max_tokens=5)) as served:
+        yield served
 
 
 async def post(server, body: dict, path: str = "/v1/chat/completions") -> tuple[int, dict, dict]:
@@ -101,30 +94,3 @@ async def test_an_unknown_path_answers_404_in_openai_shape(served):
     status, _, body = await post(served[0], {}, "/v1/embeddings")
     assert status == 404 and body["error"]["code"] == "unknown_url"
 
-
-async def test_every_error_names_the_realtime_event_that_caused_it(served):
-    from websockets.asyncio.client import connect
-
-    server, engine = served
-    async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
-        async def error_for(event: dict) -> dict:
-            await ws.send(json.dumps(event))
-            while True:
-                message = json.loads(await asyncio.wait_for(ws.recv(), 10))
-                if message["type"] == "error":
-                    return message["error"]
-
-        await error_for({"type": "session.update", "session": {"instructions": 5}, "event_id": "evt_warmup"})
-        assert (await error_for({"type": "no.such.event", "event_id": "evt_1"}))["event_id"] == "evt_1"
-        error = await error_for({"type": "input_audio_buffer.commit", "event_id": "evt_2"})
-        assert (error["code"], error["event_id"]) == ("input_audio_buffer_commit_empty", "evt_2")  # from the pipeline
-        error = await error_for({"type": "input_audio_buffer.append", "audio": "%%%", "event_id": "evt_3"})
-        assert (error["code"], error["event_id"]) == ("invalid_audio", "evt_3")  # from the dialect
-        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello?"}]}}))
-        engine.gate.clear()  # the first reply stays in progress
-        await ws.send(json.dumps({"type": "response.create", "event_id": "evt_4"}))
-        error = await error_for({"type": "response.create", "event_id": "evt_5"})
-        assert (error["code"], error["event_id"]) == ("conversation_already_has_active_response", "evt_5")
-        assert (await error_for({"type": "response.create"}))["event_id"] is None  # no id given, none back
-        engine.gate.set()

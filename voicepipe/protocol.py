@@ -17,6 +17,8 @@ class ClientEvent:
     SESSION_UPDATE = "session.update"
     ITEM_CREATE = "conversation.item.create"
     ITEM_TRUNCATE = "conversation.item.truncate"
+    ITEM_DELETE = "conversation.item.delete"
+    ITEM_RETRIEVE = "conversation.item.retrieve"
     RESPONSE_CREATE = "response.create"
     RESPONSE_CANCEL = "response.cancel"
 
@@ -35,6 +37,8 @@ class ServerEvent:
     ITEM_ADDED = "conversation.item.added"
     ITEM_DONE = "conversation.item.done"
     ITEM_TRUNCATED = "conversation.item.truncated"
+    ITEM_DELETED = "conversation.item.deleted"
+    ITEM_RETRIEVED = "conversation.item.retrieved"
     RESPONSE_CREATED = "response.created"
     RESPONSE_TEXT_DELTA = "response.text.delta"
     RESPONSE_AUDIO_DELTA = "response.audio.delta"
@@ -77,12 +81,25 @@ def transcript_completed(item_id: str, transcript: str) -> dict:
     return {"type": ServerEvent.TRANSCRIPT_COMPLETED, "item_id": item_id, "transcript": transcript}
 
 
+def message_item(item_id: str, role: str, text: str) -> dict:
+    """A message of the conversation, as the client reads it."""
+    part = "output_text" if role == "assistant" else "input_text"
+    return {"id": item_id, "type": "message", "role": role, "status": "completed",
+            "content": [{"type": part, "text": text}]}
+
+
 def text_item(item_id: str, role: str, text: str) -> list[dict]:
     """A text message the client added: announced, and done at once."""
-    part = "output_text" if role == "assistant" else "input_text"
-    item = {"id": item_id, "type": "message", "role": role, "status": "completed",
-            "content": [{"type": part, "text": text}]}
+    item = message_item(item_id, role, text)
     return [{"type": ServerEvent.ITEM_ADDED, "item": item}, {"type": ServerEvent.ITEM_DONE, "item": item}]
+
+
+def item_deleted(item_id: str) -> dict:
+    return {"type": ServerEvent.ITEM_DELETED, "item_id": item_id}
+
+
+def item_retrieved(item_id: str, role: str, text: str) -> dict:
+    return {"type": ServerEvent.ITEM_RETRIEVED, "item": message_item(item_id, role, text)}
 
 
 def item_truncated(item_id: str, audio_end_ms: int) -> dict:

@@ -24,6 +24,7 @@ from voicepipe.pipeline.events import (
     ClearRequested,
     CommitRequested,
     ItemCreated,
+    ItemRequested,
     ResponseRequested,
     TruncateRequested,
 )
@@ -163,6 +164,12 @@ class Session:
             await self._create_item(event.get("item"))
         elif kind == ClientEvent.ITEM_TRUNCATE:
             await self._truncate(event)
+        elif kind in (ClientEvent.ITEM_DELETE, ClientEvent.ITEM_RETRIEVE):
+            item_id = event.get("item_id")
+            if not isinstance(item_id, str) or not item_id or len(item_id) > 64:
+                await self.error("invalid_item", f"{kind} needs an item_id string")
+            else:
+                self.pipeline.push(ItemRequested(item_id, kind.rsplit(".", 1)[1], self._cause))
         else:
             await self.error("unknown_event", f"unknown event type {kind!r}")
 

@@ -49,7 +49,7 @@ def trim(audio: np.ndarray, threshold: float = 0.01) -> np.ndarray:
     return audio[loud[0]:loud[-1] + 1] if loud.size else audio[:0]
 
 
-def _espeak(voice: str, text: str, ssml: bool = False) -> np.ndarray:
+def espeak_audio(voice: str, text: str, ssml: bool = False) -> np.ndarray:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "speech.wav"
         subprocess.run(["espeak-ng", *(["-m"] if ssml else []), "-v", voice, "-w", str(path), text],
@@ -64,21 +64,23 @@ def _longest_gap(audio: np.ndarray, threshold: float = 0.01) -> tuple[int, int]:
 
 
 def espeak_samples(voice: str, first: str, rest: str, pause_s: float) -> list[Sample]:
-    paused = _espeak(voice, f'<speak>{first} <break time="{int(pause_s * 1000)}ms"/> {rest}</speak>', ssml=True)
+    paused = espeak_audio(voice, f'<speak>{first} <break time="{int(pause_s * 1000)}ms"/> {rest}</speak>', ssml=True)
     end, _ = _longest_gap(paused)
-    return [Sample("complete", voice, first, rest, _espeak(voice, f"{first} {rest}")),
+    return [Sample("complete", voice, first, rest, espeak_audio(voice, f"{first} {rest}")),
             Sample("cut", voice, first, rest, paused[:end], pause_s),
             Sample("paused", voice, first, rest, paused, pause_s)]
 
 
-def piper_samples(tts, first: str, rest: str, pause_s: float) -> list[Sample]:
-    def say(text: str) -> np.ndarray:
-        pcm = np.concatenate(list(tts.synthesize(text)))
-        return trim(resample(to_float32(pcm), tts.sample_rate, RATE))
+def say_with(tts, text: str) -> np.ndarray:
+    """`text` in the TTS voice, at 16 kHz, silence trimmed."""
+    pcm = np.concatenate(list(tts.synthesize(text)))
+    return trim(resample(to_float32(pcm), tts.sample_rate, RATE))
 
-    head = say(first)
-    paused = np.concatenate([head, np.zeros(int(pause_s * RATE), np.float32), say(rest)])
-    return [Sample("complete", "piper", first, rest, say(f"{first} {rest}")),
+
+def piper_samples(tts, first: str, rest: str, pause_s: float) -> list[Sample]:
+    head = say_with(tts, first)
+    paused = np.concatenate([head, np.zeros(int(pause_s * RATE), np.float32), say_with(tts, rest)])
+    return [Sample("complete", "piper", first, rest, say_with(tts, f"{first} {rest}")),
             Sample("cut", "piper", first, rest, head, pause_s),
             Sample("paused", "piper", first, rest, paused, pause_s)]
 

@@ -8,22 +8,23 @@ Two parts:
 - calls: every complete and paused sample spoken in real time to a real server, one call at a time, per
   turn detection mode. Reported: how long after the last speech sample the turn ended (speech_stopped)
   and the first reply audio came, and for paused sentences whether they were answered as one turn with
-  the whole sentence heard, and whether any reply audio came before the caller had finished.
+  the whole sentence heard, and whether any reply audio came before the caller had finished;
+- speech over a reply: words (how soon after their onset the reply's audio stopped, and whether it was
+  cancelled) and backchannels (whether the reply went on to its end).
 """
 
 import asyncio
-import json
 import logging
 import time
 
 import numpy as np
-import websockets
 
-from voicepipe.audio import resample, to_pcm16
-from voicepipe.bench.calls import FRAME_S, bench_runtime
+from voicepipe.audio import resample
+from voicepipe.bench.calls import bench_runtime
 from voicepipe.bench.engine_modes import percentile
+from voicepipe.bench.scripted_caller import AUDIO, ScriptedCaller
 from voicepipe.bench.smart_turn import load_smart_turn
-from voicepipe.bench.turn_set import ESPEAK_VOICES, RATE, Sample, turn_set
+from voicepipe.bench.turn_set import ESPEAK_VOICES, RATE, Sample, espeak_audio, say_with, turn_set
 from voicepipe.limits import Limits
 from voicepipe.loading import ASR_FINAL, ModelOptions
 from voicepipe.pipeline import CallConfig, Conversation
@@ -109,54 +110,61 @@ async def decisions(runtime: Runtime, samples: list[Sample]) -> dict:
 
 # -- calls -------------------------------------------------------------------------------------------------
 async def speak(url: str, sample: Sample, mode: str, limit_s: float = 12.0) -> dict:
-    """One call: set the mode, speak the sample in real time, stream silence until the replies are done."""
-    frame = int(RATE * FRAME_S)
-    lead = np.zeros(int(0.3 * RATE), np.float32)
-    pcm = to_pcm16(np.concatenate([lead, sample.audio])).tobytes()
-    seen: dict = {"stopped": [], "transcripts": [], "created": 0, "done": 0, "first_audio": None,
-                  "audio_before_end": False}
-    async with websockets.connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "session.update", "session": {"turn_detection": {"type": mode}}}))
-        start = time.monotonic()
-        speech_end = start + (len(pcm) // 2) / RATE
+    """One call: set the mode, speak the sample in real time, then silence until its replies are done."""
+    caller = await ScriptedCaller.call(url, {"type": mode})
+    try:
+        caller.say(np.zeros(int(0.3 * RATE), np.float32))
+        _, speech_end = caller.say(sample.audio)
 
-        def take(message) -> None:
-            now = time.monotonic()
-            if isinstance(message, bytes):
-                seen["first_audio"] = seen["first_audio"] or now
-                seen["audio_before_end"] |= now < speech_end
-                return
-            event = json.loads(message)
-            kind = event["type"]
-            if kind == ServerEvent.SPEECH_STOPPED:
-                seen["stopped"].append(now)
-            elif kind == ServerEvent.TRANSCRIPT_COMPLETED:
-                seen["transcripts"].append(event["transcript"])
-            elif kind == ServerEvent.RESPONSE_CREATED:
-                seen["created"] += 1
-            elif kind == ServerEvent.RESPONSE_DONE:
-                seen["done"] += 1
+        def settled() -> bool:
+            created = len(caller.of(ServerEvent.RESPONSE_CREATED))
+            done = len(caller.of(ServerEvent.RESPONSE_DONE))
+            return bool(created) and done == created and time.monotonic() > speech_end + 2.5
 
-        sent = 0
-        while time.monotonic() - start < limit_s:
-            due = start + sent / (2 * RATE)
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            chunk = pcm[sent:sent + 2 * frame]
-            await ws.send(chunk if chunk else bytes(2 * frame))
-            sent += 2 * frame
-            try:
-                while True:
-                    take(await asyncio.wait_for(ws.recv(), 0.001))
-            except TimeoutError:
-                pass
-            settled = seen["created"] and seen["done"] == seen["created"]
-            if settled and time.monotonic() > speech_end + 2.5:
-                break
+        await caller.until(settled, limit_s)
+    finally:
+        await caller.close()
+    stopped, first_audio = caller.first(ServerEvent.SPEECH_STOPPED, speech_end - 0.05), caller.first(AUDIO)
     return {"kind": sample.kind, "voice": sample.voice, "said": sample.text,
-            "turn_end_s": next((t - speech_end for t in seen["stopped"] if t >= speech_end - 0.05), None),
-            "ttfa_s": seen["first_audio"] - speech_end if seen["first_audio"] else None,
-            "transcripts": seen["transcripts"], "responses": seen["created"],
-            "audio_before_end": seen["audio_before_end"]}
+            "turn_end_s": stopped - speech_end if stopped else None,
+            "ttfa_s": first_audio - speech_end if first_audio else None,
+            "transcripts": [e["transcript"] for e in caller.of(ServerEvent.TRANSCRIPT_COMPLETED)],
+            "responses": len(caller.of(ServerEvent.RESPONSE_CREATED)),
+            "audio_before_end": first_audio is not None and first_audio < speech_end}
+
+
+async def speak_over(url: str, question: np.ndarray, over: np.ndarray, mode: str) -> dict:
+    """Ask `question`, then say `over` half a second into the reply's audio: how soon that audio stopped
+    (from the first loud sample of `over`), and how the reply ended."""
+    caller = await ScriptedCaller.call(url, {"type": mode})
+    try:
+        caller.say(np.zeros(int(0.3 * RATE), np.float32))
+        caller.say(question)
+        await caller.until(lambda: caller.first(AUDIO) is not None, 30)
+        await asyncio.sleep(0.5)
+        onset, _ = caller.say(over)
+        onset += int(np.flatnonzero(np.abs(over) > 0.01)[0]) / RATE
+        await caller.until(lambda: bool(caller.of(ServerEvent.RESPONSE_DONE)), 60)
+    finally:
+        await caller.close()
+    cleared = caller.first(ServerEvent.PLAYBACK_CLEARED, onset)
+    done = caller.of(ServerEvent.RESPONSE_DONE)
+    return {"stopped_after_s": cleared - onset if cleared else None,
+            "status": done[0]["response"]["status"] if done else None}
+
+
+async def interruptions(url: str, tts, mode: str, rounds: int = 4) -> dict:
+    """Real interruptions (words) and backchannels ("mm-hm", "yeah") over replies, `rounds` of each."""
+    question = say_with(tts, "Tell me about the city of Paris.")
+    words = [say_with(tts, "Wait, tell me about Rome instead."), espeak_audio("en-us", "Stop, what about Spain?")]
+    backchannels = [espeak_audio("en-us", "Mm-hmm."), say_with(tts, "Yeah.")]
+    real = [await speak_over(url, question, words[n % 2], mode) for n in range(rounds)]
+    back = [await speak_over(url, question, backchannels[n % 2], mode) for n in range(rounds)]
+    stops = [r["stopped_after_s"] for r in real if r["stopped_after_s"] is not None]
+    return {"real": {"rounds": rounds, "cancelled": sum(r["status"] == "cancelled" for r in real),
+                     "audio_stopped_p50_s": percentile(stops, 50), "audio_stopped_max_s": max(stops, default=None)},
+            "backchannel": {"rounds": rounds, "completed": sum(r["status"] == "completed" for r in back)},
+            "results": {"real": real, "backchannel": back}}
 
 
 def heard_whole(result: dict, sample: Sample) -> bool:
@@ -171,7 +179,7 @@ def _words(text: str) -> list[str]:
     return [w.strip(".,?!'\"").lower() for w in text.split() if len(w.strip(".,?!'\"")) > 2]
 
 
-async def calls(runtime: Runtime, samples: list[Sample], modes: tuple[str, ...]) -> dict:
+async def calls(runtime: Runtime, tts, samples: list[Sample], modes: tuple[str, ...]) -> dict:
     server = VoiceServer(runtime, Limits(max_calls=1))
     await server.start("127.0.0.1", 0)
     url = f"ws://127.0.0.1:{server.port}/ws"
@@ -198,6 +206,7 @@ async def calls(runtime: Runtime, samples: list[Sample], modes: tuple[str, ...])
                            "reply_audio_before_the_end": sum(r["audio_before_end"] for r in paused)},
                 "results": results,
             }
+        report["interruptions"] = await interruptions(url, tts, "semantic_vad")
     finally:
         await server.close()
     return report
@@ -215,7 +224,7 @@ async def bench_turns(options: ModelOptions | None = None, questions: int | None
     try:
         report = {"samples": len(samples), "decisions": await decisions(runtime, samples)}
         if not decisions_only:
-            report["calls"] = await calls(runtime, samples, modes)
+            report["calls"] = await calls(runtime, tts, samples, modes)
     finally:
         await runtime.close()
     return report
@@ -237,10 +246,18 @@ def print_turns(report: dict) -> None:
         print(f"  eagerness {name}: {r['ended_at_the_pause']:.0%} of finished sentences end at the pause; their "
               f"silence p50 {r['complete_wait_p50_ms']:.0f} ms, p95 {r['complete_wait_p95_ms']:.0f} ms; "
               f"cut sentences cut off before their pause ends: {r['false_cutoffs']:.0%}")
-    for mode, r in report.get("calls", {}).items():
+    calls = dict(report.get("calls", {}))
+    spoken_over = calls.pop("interruptions", None)
+    for mode, r in calls.items():
         c, p = r["complete"], r["paused"]
         print(f"{mode}: complete questions ({c['turns']}, answered {c['answered']}): turn end p50 "
               f"{c['turn_end_p50_s']:.2f} s p95 {c['turn_end_p95_s']:.2f} s after the last speech sample, first "
               f"audio p50 {c['ttfa_p50_s']:.2f} s p95 {c['ttfa_p95_s']:.2f} s; paused sentences ({p['turns']}): "
               f"{p['one_turn_rate']:.0%} one turn with the whole sentence, {p['reply_audio_before_the_end']} with "
               f"reply audio before the caller finished")
+    if spoken_over:
+        real, back = spoken_over["real"], spoken_over["backchannel"]
+        print(f"speech over a reply (semantic_vad): words cancelled {real['cancelled']} of {real['rounds']}, its audio "
+              f"stopped {real['audio_stopped_p50_s']:.2f} s (p50) after their onset, at most "
+              f"{real['audio_stopped_max_s']:.2f} s; backchannels let {back['completed']} of {back['rounds']} "
+              "replies finish")

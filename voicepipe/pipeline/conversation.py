@@ -25,6 +25,13 @@ class Conversation:
     def get(self, item_id: str) -> dict[str, str] | None:
         return next((item for item in self.items if item["id"] == item_id), None)
 
+    def delete(self, item_id: str) -> dict[str, str] | None:
+        """Take an item out: no later prompt holds it (the KV cache keeps only what still matches)."""
+        item = self.get(item_id)
+        if item is not None:
+            self.items.remove(item)
+        return item
+
     def set_reply(self, item_id: str, text: str) -> None:
         """The reply's text as written, once the LLM is done (nothing, if the item was dropped meanwhile)."""
         self._set(item_id, text)

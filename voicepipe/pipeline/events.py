@@ -196,6 +196,25 @@ class ResponseRequested(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ItemRequested(Event):
+    """The client asked to delete (`conversation.item.delete`) or read (`.retrieve`) a conversation item."""
+
+    item_id: str
+    action: str  # "delete" | "retrieve"
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemFound(Event):
+    """The answer to an ItemRequested: the item as it was (its role and text), now deleted if asked."""
+
+    item_id: str
+    action: str
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class TruncateRequested(Event):
     """The client stopped playing an assistant item at `audio_end_ms`: the conversation keeps what it heard."""
 

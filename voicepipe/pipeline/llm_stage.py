@@ -22,6 +22,8 @@ from voicepipe.pipeline.events import (
     Feedback,
     InputCleared,
     ItemCreated,
+    ItemFound,
+    ItemRequested,
     PlaybackPaused,
     ResponseCreated,
     ResponseRequested,
@@ -94,6 +96,8 @@ class LLMStage(Stage):
             self._drop_speculation()
         elif isinstance(event, ItemCreated):
             self.conversation.add(event.role, event.text, event.item_id)
+        elif isinstance(event, ItemRequested):
+            self._item(event)
         elif isinstance(event, ResponseRequested):
             if self.turn is not None and self.turn.active and not self.turn.speculative:
                 self.emit(Error("conversation_already_has_active_response", "a response is in progress; "
@@ -113,6 +117,18 @@ class LLMStage(Stage):
             self.conversation.add("user", event.text.strip(), event.item_id)
             if not self._user_speaking and detection.create_response and not detection.manual:
                 self._start(event)
+
+    def _item(self, event: ItemRequested) -> None:
+        """Read or delete a conversation item (deleting the reply in progress cancels it first)."""
+        item = self.conversation.get(event.item_id)
+        if item is None:
+            self.emit(Error("item_not_found", f"no conversation item {event.item_id!r}", event_id=event.event_id))
+            return
+        if event.action == "delete":
+            if self.turn is not None and self.turn.output_item_id == event.item_id:
+                self.cancel("client_cancelled")
+            self.conversation.delete(event.item_id)
+        self.emit(ItemFound(event.item_id, event.action, item["role"], item["content"]))
 
     async def feedback(self, event: Feedback) -> bool:
         if not isinstance(event, PlaybackPaused):

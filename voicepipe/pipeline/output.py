@@ -17,6 +17,7 @@ from voicepipe.pipeline.events import (
     Event,
     InputCleared,
     ItemCreated,
+    ItemFound,
     PlaybackPaused,
     ResponseCreated,
     SpeechStarted,
@@ -106,6 +107,9 @@ class ClientOutput(Stage):
             await self.send(*protocol.text_item(event.item_id, event.role, event.text))
         elif isinstance(event, TruncateRequested):
             await self._truncate(event, now)
+        elif isinstance(event, ItemFound):
+            await self.send(protocol.item_deleted(event.item_id) if event.action == "delete"
+                            else protocol.item_retrieved(event.item_id, event.role, event.text))
         elif isinstance(event, TranscriptDelta):
             await self.send(protocol.transcript_delta(event.item_id, event.delta, event.partial))
         elif isinstance(event, TranscriptFinal):

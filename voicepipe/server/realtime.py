@@ -44,7 +44,7 @@ class RealtimeDialect:
         self._speaker: soxr.ResampleStream | None = None
         self._audio_header: dict | None = None  # the native delta whose binary frame comes next
         self._responses: dict[str, dict] = {}  # response id -> its assistant item, transcript so far
-        self._last_item: str | None = None  # the conversation's newest item: a new one's previous_item_id
+        self._items: list[str] = []  # the conversation's item ids in order: a new one follows the last
 
     # -- client -> session -----------------------------------------------------------------------------------
     async def recv(self) -> str | bytes:
@@ -124,6 +124,8 @@ class RealtimeDialect:
             previous = self._follows(item["id"])
             return [{**event, "previous_item_id": previous},
                     {"type": "conversation.item.added", "previous_item_id": previous, "item": item}]
+        if kind == ServerEvent.ITEM_DELETED and event["item_id"] in self._items:
+            self._items.remove(event["item_id"])
         if kind == ServerEvent.ITEM_ADDED:
             return [{**event, "previous_item_id": self._follows(event["item"]["id"])}]
         if kind == ServerEvent.TRANSCRIPT_DELTA:
@@ -167,7 +169,8 @@ class RealtimeDialect:
     def _follows(self, item_id: str) -> str | None:
         """The item `item_id` joins the conversation after (None for the first): what lets a client mirror
         the conversation in order."""
-        previous, self._last_item = self._last_item, item_id
+        previous = self._items[-1] if self._items else None
+        self._items.append(item_id)
         return previous
 
     def _audio_done(self, response_id: str) -> list[dict]:
