@@ -153,7 +153,7 @@ async def speak_over(url: str, question: np.ndarray, over: np.ndarray, mode: str
             "status": done[0]["response"]["status"] if done else None}
 
 
-async def interruptions(url: str, tts, mode: str, rounds: int = 4) -> dict:
+async def interruptions(url: str, tts, mode: str, rounds: int = 6) -> dict:
     """Real interruptions (words) and backchannels ("mm-hm", "yeah") over replies, `rounds` of each."""
     question = say_with(tts, "Tell me about the city of Paris.")
     words = [say_with(tts, "Wait, tell me about Rome instead."), espeak_audio("en-us", "Stop, what about Spain?")]

@@ -25,7 +25,7 @@ from voicepipe.vad import SAMPLE_RATE, WINDOW_MS, Boundary, Endpointer
 
 # Speech the caller must keep up over the assistant before its audio stops: longer than a click or most
 # coughs, short enough that a real interruption silences the reply within 200 ms of its onset.
-BARGE_IN_MS = 5 * WINDOW_MS
+BARGE_IN_MS = 4 * WINDOW_MS
 
 
 class VADStage(Stage):
