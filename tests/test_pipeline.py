@@ -36,6 +36,8 @@ async def test_a_finished_utterance_is_transcribed_answered_and_spoken():
     assert kinds[:3] == [ServerEvent.SPEECH_STARTED, ServerEvent.SPEECH_STOPPED, ServerEvent.AUDIO_COMMITTED]
     assert kinds[-2:] == [ServerEvent.RESPONSE_AUDIO_DONE, ServerEvent.RESPONSE_DONE]
     assert kinds.index(ServerEvent.TRANSCRIPT_COMPLETED) < kinds.index(ServerEvent.RESPONSE_CREATED)
+    usage = call.client.of(ServerEvent.TRANSCRIPT_COMPLETED)[0]["usage"]
+    assert usage == {"type": "duration", "seconds": 1.0}  # the second of audio the utterance held
     text = "".join(m["delta"] for m in call.client.of(ServerEvent.RESPONSE_TEXT_DELTA))
     assert text == REPLY
     frames = [m for m in call.client.messages if isinstance(m, bytes)]

@@ -88,3 +88,54 @@ async def test_items_are_read_deleted_and_kept_in_order(served):
         assert "user: What was the word?" in said and not any("banana" in s or "Hello" in s for s in said)
         error = await call.error_for({"type": "conversation.item.retrieve", "item_id": ids[0], "event_id": "evt_r"})
         assert (error["code"], error["event_id"]) == ("item_not_found", "evt_r")
+
+
+async def reply_events(ws_url: str, response: dict, beta: bool = False) -> list[dict]:
+    """Every event of one reply to "Hello?", asked for with `response.create` of `response`."""
+    headers = {"OpenAI-Beta": "realtime=v1"} if beta else {}
+    async with connect(ws_url, additional_headers=headers) as ws:
+        call = Realtime(ws)
+        await call.send(text("user", "Hello?"))
+        await call.until("conversation.item.created" if beta else "conversation.item.added")
+        await call.send({"type": "response.create", "response": response})
+        seen = []
+        while not seen or seen[-1]["type"] != "response.done":
+            seen.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+        return seen
+
+
+async def test_a_text_only_reply_sends_text_and_no_audio_in_each_dialects_names(served):
+    server, engine = served
+    url = f"ws://127.0.0.1:{server.port}/v1/realtime"
+    ga = await reply_events(url, {"output_modalities": ["text"]})
+    kinds = [e["type"] for e in ga]
+    assert "response.output_text.delta" in kinds and "response.output_text.done" in kinds
+    assert not any("audio" in kind for kind in kinds), kinds
+    part = next(e for e in ga if e["type"] == "response.content_part.done")["part"]
+    assert part == {"type": "output_text", "text": "one two three four five six"}
+    assert ga[-1]["response"]["output_modalities"] == ["text"]
+    beta = await reply_events(url, {"modalities": ["text"]}, beta=True)
+    kinds = [e["type"] for e in beta]
+    assert "response.text.delta" in kinds and "response.output_text.delta" not in kinds
+    assert next(e for e in beta if e["type"] == "response.content_part.added")["part"]["type"] == "text"
+    spoken = await reply_events(url, {}, beta=True)  # a spoken reply's part, as the beta names it
+    assert next(e for e in spoken if e["type"] == "response.content_part.added")["part"]["type"] == "audio"
+
+
+async def test_a_reply_outside_the_conversation_with_its_own_instructions_and_length(served):
+    server, engine = served
+    url = f"ws://127.0.0.1:{server.port}/v1/realtime"
+    seen = await reply_events(url, {"conversation": "none", "instructions": "Answer in French.",
+                                    "max_output_tokens": 2, "metadata": {"topic": "greeting"}})
+    request = engine.requests[-1]
+    assert request.params.max_tokens == 2 and request.session is None
+    assert "system: Answer in French." in [engine.tokenizer.strings[i] for i in request.prompt]
+    assert not [e for e in seen if e["type"] in ("conversation.item.added", "conversation.item.done")
+                and e["item"]["role"] == "assistant"]  # out of band: not in the conversation
+    assert seen[-1]["response"]["output"][0]["content"][0]["transcript"] == "one two"
+    async with connect(url) as ws:
+        call = Realtime(ws)
+        for bad, field in (({"max_output_tokens": 0}, "max_output_tokens"), ({"conversation": "x"}, "conversation"),
+                           ({"output_modalities": ["video"]}, "output_modalities")):
+            error = await call.error_for({"type": "response.create", "response": bad, "event_id": "evt_b"})
+            assert error["code"] == "invalid_response" and field in error["message"] and error["event_id"] == "evt_b"

@@ -77,8 +77,10 @@ def transcript_delta(item_id: str, delta: str, partial: str) -> dict:
     return {"type": ServerEvent.TRANSCRIPT_DELTA, "item_id": item_id, "delta": delta, "partial": partial}
 
 
-def transcript_completed(item_id: str, transcript: str) -> dict:
-    return {"type": ServerEvent.TRANSCRIPT_COMPLETED, "item_id": item_id, "transcript": transcript}
+def transcript_completed(item_id: str, transcript: str, audio_s: float) -> dict:
+    """An utterance's final transcript; `usage` as the Realtime API bills Whisper: seconds of audio."""
+    return {"type": ServerEvent.TRANSCRIPT_COMPLETED, "item_id": item_id, "transcript": transcript,
+            "usage": {"type": "duration", "seconds": round(audio_s, 3)}}
 
 
 def message_item(item_id: str, role: str, text: str) -> dict:
@@ -107,10 +109,15 @@ def item_truncated(item_id: str, audio_end_ms: int) -> dict:
             "audio_end_ms": audio_end_ms}
 
 
-def response_created(response_id: str, item_id: str, metadata: dict[str, str] | None = None) -> dict:
+def response_created(response_id: str, item_id: str, metadata: dict[str, str] | None = None, spoken: bool = True,
+                     out_of_band: bool = False) -> dict:
+    """A reply begins: spoken (`output_modalities` audio, with its transcript) or text only; in the
+    conversation (`conversation: "auto"`) or outside it ("none")."""
     output = [{"id": item_id, "type": "message", "role": "assistant"}]
     return {"type": ServerEvent.RESPONSE_CREATED,
-            "response": {"id": response_id, "status": "in_progress", "output": output, "metadata": metadata}}
+            "response": {"id": response_id, "status": "in_progress", "output": output, "metadata": metadata,
+                         "output_modalities": ["audio" if spoken else "text"],
+                         "conversation": "none" if out_of_band else "auto"}}
 
 
 def text_delta(response_id: str, item_id: str, delta: str) -> dict:

@@ -45,6 +45,14 @@ class InvalidUpdate(ValueError):
     """A session.update the session refuses; nothing of it was applied."""
 
 
+class InvalidResponse(ValueError):
+    """A response.create the session refuses, with the error code to say so."""
+
+    def __init__(self, message: str, code: str = "invalid_response") -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class Session:
     """One websocket client and the pipeline answering it.
 
@@ -201,16 +209,16 @@ class Session:
         self.pipeline.push(ItemCreated(item_id, role, text))
 
     async def _create_response(self, response: Any) -> None:
-        """A reply to the conversation as it stands; its `metadata` (at most 16 string pairs, as OpenAI's)
-        comes back in `response.created`."""
-        metadata = (response or {}).get("metadata") if isinstance(response, dict | None) else None
-        if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= MAX_METADATA and all(
-                isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
-                for k, v in metadata.items())):
-            await self.error("invalid_metadata", f"response.metadata must be at most {MAX_METADATA} pairs of "
-                             "strings (keys up to 64 characters, values up to 512)")
+        """A reply to the conversation as it stands, as `response` asks: `metadata` (at most 16 string
+        pairs, as OpenAI's) comes back in `response.created`; `instructions`, `max_output_tokens`,
+        `output_modalities` (`["text"]`: nothing spoken) and `conversation: "none"` (the reply stays out of
+        the conversation) hold for this reply only."""
+        try:
+            asked = _response_request(response if response is not None else {}, self._cause)
+        except InvalidResponse as e:
+            await self.error(e.code, str(e))
             return
-        self.pipeline.push(ResponseRequested(metadata, self._cause))
+        self.pipeline.push(asked)
 
     async def _truncate(self, event: dict) -> None:
         item_id, end = event.get("item_id"), event.get("audio_end_ms")
@@ -308,6 +316,33 @@ def _message_text(item: Any) -> tuple[str, str]:
             raise ValueError(f"a part's 'text' must be a string of at most {MAX_INSTRUCTIONS} characters")
         texts.append(text)
     return role, "".join(texts)
+
+
+def _response_request(response: Any, event_id: str | None) -> ResponseRequested:
+    """The parameters of a `response.create`, checked; InvalidResponse names the first bad one."""
+    if not isinstance(response, dict):
+        raise InvalidResponse("response must be an object")
+    metadata = response.get("metadata")
+    if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= MAX_METADATA and all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+            for k, v in metadata.items())):
+        raise InvalidResponse(f"response.metadata must be at most {MAX_METADATA} pairs of strings (keys up to 64 "
+                              "characters, values up to 512)", "invalid_metadata")
+    instructions = response.get("instructions")
+    if instructions is not None and not (isinstance(instructions, str) and len(instructions) <= MAX_INSTRUCTIONS
+                                         and _is_unicode(instructions)):
+        raise InvalidResponse(f"response.instructions must be a string of at most {MAX_INSTRUCTIONS} characters")
+    limit = response.get("max_output_tokens", response.get("max_response_output_tokens", "inf"))
+    if limit != "inf" and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 4096):
+        raise InvalidResponse("response.max_output_tokens must be an integer in [1, 4096] or 'inf'")
+    modalities = response.get("output_modalities", response.get("modalities", ["audio"]))
+    if not (isinstance(modalities, list) and modalities and set(modalities) <= {"audio", "text"}):
+        raise InvalidResponse("response.output_modalities must be ['audio'] or ['text']")
+    conversation = response.get("conversation", "auto")
+    if conversation not in ("auto", "none"):
+        raise InvalidResponse("response.conversation must be 'auto' or 'none'")
+    return ResponseRequested(metadata, event_id, instructions, None if limit == "inf" else limit,
+                             conversation == "none", "audio" in modalities)
 
 
 def _is_unicode(text: str) -> bool:

@@ -173,7 +173,8 @@ class ASRStage(Stage):
             text = await self._final_pass(utt.audio(), stopped.at)
         if previous is not None:
             await asyncio.wait({previous})  # transcripts go out in the order the utterances ended
-        self.emit(TranscriptFinal(utt.item_id, text, stopped.at, time.monotonic() - stopped.at))
+        self.emit(TranscriptFinal(utt.item_id, text, stopped.at, time.monotonic() - stopped.at,
+                                  utt.samples / SAMPLE_RATE))
 
     async def _final_pass(self, audio: np.ndarray, deadline: float) -> str:
         audio = resample(audio, SAMPLE_RATE, self.asr_rate)

@@ -45,16 +45,19 @@ class Conversation:
         if item is not None:
             item["content"] = content
 
-    def messages(self, pending: tuple[dict[str, str], ...] = ()) -> list[dict[str, str]]:
+    def messages(self, pending: tuple[dict[str, str], ...] = (), instructions: str | None = None
+                 ) -> list[dict[str, str]]:
         said = [{"role": i["role"], "content": i["content"]} for i in [*self.items, *pending] if i["content"]]
-        return [{"role": "system", "content": self.instructions}, *said] if self.instructions else said
+        instructions = self.instructions if instructions is None else instructions
+        return [{"role": "system", "content": instructions}, *said] if instructions else said
 
-    def prompt_ids(self, tokenizer: Any, max_tokens: int, pending: tuple[dict[str, str], ...] = ()) -> list[int]:
-        """The chat prompt, with `pending` messages not (yet) in the conversation after the rest, dropping
-        the oldest messages while it is longer than max_tokens."""
-        ids = chat_prompt_ids(tokenizer, self.messages(pending))
+    def prompt_ids(self, tokenizer: Any, max_tokens: int, pending: tuple[dict[str, str], ...] = (),
+                   instructions: str | None = None) -> list[int]:
+        """The chat prompt, with `pending` messages not (yet) in the conversation after the rest (and other
+        `instructions`, for one reply), dropping the oldest messages while it is longer than max_tokens."""
+        ids = chat_prompt_ids(tokenizer, self.messages(pending, instructions))
         while len(ids) > max_tokens and len([i for i in self.items if i["content"]]) > 1:
             oldest = next(i for i in self.items if i["content"])
             self.items.remove(oldest)
-            ids = chat_prompt_ids(tokenizer, self.messages(pending))
+            ids = chat_prompt_ids(tokenizer, self.messages(pending, instructions))
         return ids

@@ -114,6 +114,7 @@ class TranscriptFinal(Event):
     text: str
     speech_end: float  # SpeechStopped.at
     ready_s: float  # seconds from the end of speech to this transcript
+    audio_s: float = 0.0  # the utterance's audio, transcribed
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +194,10 @@ class ResponseRequested(Event):
 
     metadata: dict[str, str] | None = None
     event_id: str | None = None  # the client's, for an error it causes
+    instructions: str | None = None  # for this reply only
+    max_tokens: int | None = None
+    out_of_band: bool = False  # `conversation: "none"`: the reply does not join the conversation
+    audio: bool = True  # False: a text-only reply, nothing synthesized
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +240,7 @@ class ResponseCreated(Event):
     turn: Turn
     held: bool = False
     metadata: dict[str, str] | None = None  # the client's, from its response.create
+    out_of_band: bool = False  # outside the conversation
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,7 +104,7 @@ class LLMStage(Stage):
                                 "cancel it (response.cancel) or wait for its response.done", event_id=event.event_id))
             else:
                 self._drop_speculation()
-                self._reply(None, time.monotonic(), None, event.metadata)
+                self._reply(None, time.monotonic(), None, event)
         elif isinstance(event, TranscriptFinal):
             if self._barging(event.item_id, event.text, final=True) or not event.text.strip():
                 return
@@ -186,15 +186,22 @@ class LLMStage(Stage):
         self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s)
 
     def _reply(self, item_id: str | None, speech_end: float, transcript_at: float | None,
-               metadata: dict[str, str] | None = None) -> None:
-        """Answer the conversation as it stands, against the deadline counted from `speech_end`."""
+               asked: ResponseRequested | None = None) -> None:
+        """Answer the conversation as it stands, against the deadline counted from `speech_end`, as the
+        client `asked` (other instructions, a length, text only, outside the conversation)."""
+        asked = asked or ResponseRequested()
         self.cancel("superseded")
         turn = self._new_turn(item_id, speech_end)
-        self.conversation.add("assistant", "", turn.output_item_id)
+        turn.spoken = asked.audio
+        if not asked.out_of_band:
+            self.conversation.add("assistant", "", turn.output_item_id)
         if transcript_at is not None:
             turn.mark("final_transcript", transcript_at)
-        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens)
-        self._begin(turn, prompt, RequestClass.REALTIME, self.call_id, metadata)
+        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens,
+                                              instructions=asked.instructions)
+        # Out of band, the reply shares no prefix with the conversation's session.
+        session = None if asked.out_of_band else self.call_id
+        self._begin(turn, prompt, RequestClass.REALTIME, session, asked)
 
     def _speculate(self, early: TranscriptEarly) -> None:
         self.cancel("superseded")
@@ -226,16 +233,18 @@ class LLMStage(Stage):
                     speech_end + self.config.ttfa_s)
 
     def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
-               metadata: dict[str, str] | None = None) -> None:
+               asked: ResponseRequested | None = None) -> None:
+        asked = asked or ResponseRequested()
         self.turn = turn
         turn.prompt_tokens = len(prompt)
         turn.mark("reply_started")  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
-        self.emit(ResponseCreated(turn, held=turn.speculative, metadata=metadata))
-        self._task = self.spawn(self._respond(turn, prompt, cls, session))
+        self.emit(ResponseCreated(turn, turn.speculative, asked.metadata, asked.out_of_band))
+        self._task = self.spawn(self._respond(turn, prompt, cls, session, asked.max_tokens or self.config.max_tokens))
 
-    async def _respond(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None) -> None:
-        params = SamplingParams(max_tokens=self.config.max_tokens, temperature=self.config.temperature)
+    async def _respond(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
+                       max_tokens: int) -> None:
+        params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature)
         deadline = self.pacing.llm_deadline(turn, time.monotonic())
         stream = self.engine.generate(prompt, params, cls=cls, deadline=deadline, session=session,
                                       request_id=turn.request_id)

@@ -113,14 +113,15 @@ class ClientOutput(Stage):
         elif isinstance(event, TranscriptDelta):
             await self.send(protocol.transcript_delta(event.item_id, event.delta, event.partial))
         elif isinstance(event, TranscriptFinal):
-            await self.send(protocol.transcript_completed(event.item_id, event.text))
+            await self.send(protocol.transcript_completed(event.item_id, event.text, event.audio_s))
         elif isinstance(event, ResponseCreated):
             turn = event.turn
             self._current = turn
             self._recent[turn.output_item_id] = turn
             while len(self._recent) > RECENT_TURNS:
                 del self._recent[next(iter(self._recent))]
-            await self.send(protocol.response_created(turn.response_id, turn.output_item_id, event.metadata))
+            await self.send(protocol.response_created(turn.response_id, turn.output_item_id, event.metadata,
+                                                      turn.spoken, event.out_of_band))
         elif isinstance(event, TextDelta):
             await self.send(protocol.text_delta(event.turn.response_id, event.turn.output_item_id, event.text))
         elif isinstance(event, AudioOut):

@@ -39,7 +39,7 @@ class TTSStage(Stage):
 
     async def process(self, event: Event) -> None:
         if isinstance(event, (Sentence, TextDone)):
-            if event.turn is self._turn:
+            if event.turn is self._turn and (event.turn.spoken or isinstance(event, TextDone)):
                 self._queue.put_nowait(event if isinstance(event, Sentence) else None)
                 if isinstance(event, Sentence):
                     self.pacing.expect(event.turn, event.index, event.text)

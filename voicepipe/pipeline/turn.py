@@ -32,6 +32,7 @@ class Turn:
     audio_stopped_at: float | None = None  # when the caller's playback of it was cut off
     llm_done: bool = False
     speculative: bool = False  # started at a pause, before the end of the utterance was confirmed
+    spoken: bool = True  # False: a text-only reply
     cancelled: bool = False
     finished: bool = False  # response.done was sent
 

@@ -30,6 +30,8 @@ BETA_NAMES = {"response.output_audio.delta": "response.audio.delta",
               "response.output_audio.done": "response.audio.done",
               "response.output_audio_transcript.delta": "response.audio_transcript.delta",
               "response.output_audio_transcript.done": "response.audio_transcript.done",
+              "response.output_text.delta": "response.text.delta",
+              "response.output_text.done": "response.text.done",
               "conversation.item.added": "conversation.item.created"}
 
 
@@ -140,7 +142,8 @@ class RealtimeDialect:
             if response is None:
                 return []
             response["transcript"] += event["delta"]
-            return [{"type": "response.output_audio_transcript.delta", **response["where"], "delta": event["delta"]}]
+            kind = "response.output_audio_transcript.delta" if response["spoken"] else "response.output_text.delta"
+            return [{"type": kind, **response["where"], "delta": event["delta"]}]
         if kind == ServerEvent.RESPONSE_AUDIO_DELTA:
             self._audio_header = event
             return []
@@ -153,18 +156,32 @@ class RealtimeDialect:
         return [event]
 
     def _response_created(self, response: dict) -> list[dict]:
+        """A reply begins: its output item and content part. A text-only reply's part is text; one outside
+        the conversation adds no conversation item."""
         item_id = response["output"][0]["id"]
         where = {"response_id": response["id"], "item_id": item_id, "output_index": 0, "content_index": 0}
-        self._responses[response["id"]] = {"where": where, "transcript": "", "audio_done": False}
+        spoken = response.get("output_modalities", ["audio"]) != ["text"]
+        in_conversation = response.get("conversation", "auto") != "none"
+        self._responses[response["id"]] = {"where": where, "transcript": "", "audio_done": not spoken,
+                                           "spoken": spoken, "in_conversation": in_conversation}
         self._speaker = None  # a fresh resampler: no tail of the last reply
-        item = _assistant_item(item_id, "in_progress", None)
-        part = {"type": "output_audio", "transcript": ""}
-        created = {**_response(response["id"], "in_progress", []), "metadata": response.get("metadata")}
+        item = _assistant_item(item_id, "in_progress", None, self._part_type(spoken))
+        created = {**_response(response["id"], "in_progress", [], spoken=spoken), "metadata": response.get("metadata")}
+        added = [{"type": "conversation.item.added", "previous_item_id": self._follows(item_id), "item": item}]
         return [{"type": "response.created", "response": created},
                 {"type": "response.output_item.added", "response_id": response["id"], "output_index": 0,
                  "item": item},
-                {"type": "conversation.item.added", "previous_item_id": self._follows(item_id), "item": item},
-                {"type": "response.content_part.added", **where, "part": part}]
+                *(added if in_conversation else []),
+                {"type": "response.content_part.added", **where, "part": self._part(spoken, "")}]
+
+    def _part_type(self, spoken: bool) -> str:
+        """A reply's content part type, as each dialect names it."""
+        if self.beta:
+            return "audio" if spoken else "text"
+        return "output_audio" if spoken else "output_text"
+
+    def _part(self, spoken: bool, text: str) -> dict:
+        return {"type": self._part_type(spoken), ("transcript" if spoken else "text"): text}
 
     def _follows(self, item_id: str) -> str | None:
         """The item `item_id` joins the conversation after (None for the first): what lets a client mirror
@@ -192,18 +209,19 @@ class RealtimeDialect:
         response = self._responses.pop(native["id"], None)
         if response is None:
             return [{"type": "response.done", "response": _response(native["id"], native["status"], [])}]
-        where = response["where"]
-        transcript = native["output"][0]["text"] if native.get("output") else response["transcript"]
+        where, spoken, said = response["where"], response["spoken"], response["transcript"]
+        transcript = native["output"][0]["text"] if native.get("output") else said
         status = "completed" if native["status"] == "completed" else "incomplete"
-        item = _assistant_item(where["item_id"], status, transcript)
-        body = _response(native["id"], native["status"], [item], native.get("usage"))
+        item = _assistant_item(where["item_id"], status, transcript, self._part_type(spoken))
+        body = _response(native["id"], native["status"], [item], native.get("usage"), spoken)
         body.update({k: native[k] for k in ("status_details", "timings", "deadline_met", "underruns") if k in native})
-        return [*self._audio_done(native["id"]),
-                {"type": "response.output_audio_transcript.done", **where, "transcript": response["transcript"]},
-                {"type": "response.content_part.done", **where,
-                 "part": {"type": "output_audio", "transcript": response["transcript"]}},
+        text_done = ({"type": "response.output_audio_transcript.done", **where, "transcript": said} if spoken
+                     else {"type": "response.output_text.done", **where, "text": said})
+        item_done = [{"type": "conversation.item.done", "item": item}] if response["in_conversation"] else []
+        return [*self._audio_done(native["id"]), text_done,
+                {"type": "response.content_part.done", **where, "part": self._part(spoken, said)},
                 {"type": "response.output_item.done", "response_id": native["id"], "output_index": 0, "item": item},
-                {"type": "conversation.item.done", "item": item},
+                *item_done,
                 {"type": "response.done", "response": body}]
 
 
@@ -212,15 +230,17 @@ def _user_item(item_id: str, transcript: str | None) -> dict:
             "status": "completed", "content": [{"type": "input_audio", "transcript": transcript}]}
 
 
-def _assistant_item(item_id: str, status: str, transcript: str | None) -> dict:
-    content = [] if transcript is None else [{"type": "output_audio", "transcript": transcript}]
+def _assistant_item(item_id: str, status: str, transcript: str | None, part: str = "output_audio") -> dict:
+    key = "transcript" if part in ("output_audio", "audio") else "text"
+    content = [] if transcript is None else [{"type": part, key: transcript}]
     return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
             "status": status, "content": content}
 
 
-def _response(response_id: str, status: str, output: list[dict], usage: dict[str, Any] | None = None) -> dict:
+def _response(response_id: str, status: str, output: list[dict], usage: dict[str, Any] | None = None,
+              spoken: bool = True) -> dict:
     body: dict[str, Any] = {"id": response_id, "object": "realtime.response", "status": status,
-                            "output": output, "output_modalities": ["audio"],
+                            "output": output, "output_modalities": ["audio" if spoken else "text"],
                             "audio": {"output": {"format": {"type": "audio/pcm", "rate": RATE}, "voice": "piper"}}}
     if usage is not None:
         body["usage"] = {**usage, "input_token_details": {"text_tokens": usage["input_tokens"], "audio_tokens": 0,
