@@ -26,7 +26,7 @@ from voicepipe.audio import read_audio, to_pcm16
 from voicepipe.cli import build_parser
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
-from voicepipe.pipeline.events import SpeechStarted, TranscriptFinal
+from voicepipe.pipeline.events import CancelRequested, TranscriptFinal
 from voicepipe.pipeline.llm_stage import LLMStage
 from voicepipe.server import VoiceServer
 from voicepipe.server.settings import load_settings
@@ -352,8 +352,8 @@ async def test_audio_faster_than_real_time_is_slowed_down(server, question, base
     assert backlog[0] <= 16, backlog[0]
 
 
-async def test_speech_in_the_same_instant_as_the_transcript(runtime, baseline):
-    """The caller speaks again in the very instant their transcript is final: the turn it started is
+async def test_a_cancel_in_the_same_instant_as_the_transcript(runtime, baseline):
+    """The client cancels in the very instant the caller's transcript is final: the turn it started is
     cancelled before its task ever ran, and the client still hears of it in order (created, then done)."""
     sent: list[dict] = []
 
@@ -368,7 +368,7 @@ async def test_speech_in_the_same_instant_as_the_transcript(runtime, baseline):
         llm = pipeline.queues[next(i for i, s in enumerate(pipeline.stages) if isinstance(s, LLMStage))]
         # Both events wait in the LLM stage's inbox together, so it takes them one right after the other.
         llm.put_nowait(TranscriptFinal("item_1", "What is the capital of France?", now, 0.1))
-        llm.put_nowait(SpeechStarted("item_2", 0, now))
+        llm.put_nowait(CancelRequested())
         end = time.monotonic() + 30
         while not any(m["type"] == "response.done" for m in sent):
             assert time.monotonic() < end, sent

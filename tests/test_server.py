@@ -159,7 +159,8 @@ async def test_bad_messages_get_errors_and_the_calls_go_on(server, runtime):
         mark = len(call.events)
         await call.send({"type": "input_audio_buffer.append",
                          "audio": base64.b64encode(bytes(2 * FRAME)).decode()})
-        await call.send({"type": "session.update", "session": {"turn_detection": {"silence_duration_ms": 600}}})
+        await call.send({"type": "session.update",
+                         "session": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 600}}})
         updated = await call.wait("session.updated", timeout=30, start=mark)
         assert updated["session"]["turn_detection"]["silence_duration_ms"] == 600
         assert not call.of("error")[len(bad):]

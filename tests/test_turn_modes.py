@@ -78,7 +78,8 @@ async def speak_over_the_reply(server, speech_wav, words_said: str) -> dict:
 
 
 async def test_a_backchannel_over_the_reply_lets_it_play_on_and_words_cancel_it(server, speech_wav):
-    kept = await speak_over_the_reply(server, speech_wav, "Mm-hmm.")
+    # "Uh-huh": espeak-ng's default voice says "mm-hmm" so that Whisper hears "and momentum".
+    kept = await speak_over_the_reply(server, speech_wav, "Uh-huh.")
     assert kept["response"]["status"] == "completed", kept
     cut = await speak_over_the_reply(server, speech_wav, "Stop. Tell me about Rome instead.")
     assert cut["response"]["status"] == "cancelled" and cut["cleared"] >= 1, cut
