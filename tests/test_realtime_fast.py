@@ -139,3 +139,20 @@ async def test_a_reply_outside_the_conversation_with_its_own_instructions_and_le
                            ({"output_modalities": ["video"]}, "output_modalities")):
             error = await call.error_for({"type": "response.create", "response": bad, "event_id": "evt_b"})
             assert error["code"] == "invalid_response" and field in error["message"] and error["event_id"] == "evt_b"
+
+
+async def test_a_text_only_session_answers_in_text_until_a_reply_asks_for_audio(served):
+    server, engine = served
+    async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
+        call = Realtime(ws)
+        await call.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+        assert (await call.until("session.updated"))["session"]["output_modalities"] == ["text"]
+        await call.send(text("user", "Hello?"))
+        await call.send({"type": "response.create"})
+        kinds = []
+        while not kinds or kinds[-1] != "response.done":
+            kinds.append(json.loads(await asyncio.wait_for(ws.recv(), 10))["type"])
+        assert "response.output_text.delta" in kinds and not any("audio" in k for k in kinds), kinds
+        await call.send({"type": "response.create", "response": {"output_modalities": ["audio"]}})
+        await call.until("response.output_audio_transcript.delta")  # this one reply is spoken
+        await call.until("response.done")

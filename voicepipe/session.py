@@ -214,7 +214,7 @@ class Session:
         `output_modalities` (`["text"]`: nothing spoken) and `conversation: "none"` (the reply stays out of
         the conversation) hold for this reply only."""
         try:
-            asked = _response_request(response if response is not None else {}, self._cause)
+            asked = _response_request(response if response is not None else {}, self._cause, self.config.spoken)
         except InvalidResponse as e:
             await self.error(e.code, str(e))
             return
@@ -240,13 +240,16 @@ class Session:
         """Check every field first, then apply them all; a bad one changes nothing."""
         if not isinstance(update, dict):
             raise InvalidUpdate("'session' must be an object")
-        unknown = set(update) - {"instructions", "scheduler", "turn_detection"}
+        unknown = set(update) - {"instructions", "scheduler", "turn_detection", "output_modalities"}
         if unknown:
             raise InvalidUpdate(f"unknown session fields: {', '.join(sorted(unknown))}")
         instructions = update.get("instructions", self.config.instructions)
         if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS or not _is_unicode(instructions):
             raise InvalidUpdate(f"instructions must be a string of at most {MAX_INSTRUCTIONS} characters, "
                                 "without lone surrogates")
+        modalities = update.get("output_modalities", ["audio" if self.config.spoken else "text"])
+        if modalities not in (["audio"], ["text"], ["audio", "text"], ["text", "audio"]):
+            raise InvalidUpdate("output_modalities must be ['audio'] or ['text']")
         try:
             detection = check_update(update["turn_detection"], self.config.turn_detection) \
                 if "turn_detection" in update else {}
@@ -265,6 +268,7 @@ class Session:
                 raise InvalidUpdate(f"scheduler: {e}") from None
         for name, value in detection.items():
             setattr(self.config.turn_detection, name, value)
+        self.config.spoken = "audio" in modalities
         self.config.instructions = self.conversation.instructions = instructions
         return knobs
 
@@ -278,6 +282,7 @@ class Session:
             "id": self.id,
             "object": "realtime.session",
             "instructions": self.config.instructions,
+            "output_modalities": ["audio" if self.config.spoken else "text"],
             "input_audio_format": {"type": "pcm16", "sample_rate": SAMPLE_RATE},
             "output_audio_format": {"type": "pcm16", "sample_rate": self.runtime.tts_rate},
             "turn_detection": self.config.turn_detection.describe(),
@@ -318,7 +323,7 @@ def _message_text(item: Any) -> tuple[str, str]:
     return role, "".join(texts)
 
 
-def _response_request(response: Any, event_id: str | None) -> ResponseRequested:
+def _response_request(response: Any, event_id: str | None, spoken: bool) -> ResponseRequested:
     """The parameters of a `response.create`, checked; InvalidResponse names the first bad one."""
     if not isinstance(response, dict):
         raise InvalidResponse("response must be an object")
@@ -335,7 +340,7 @@ def _response_request(response: Any, event_id: str | None) -> ResponseRequested:
     limit = response.get("max_output_tokens", response.get("max_response_output_tokens", "inf"))
     if limit != "inf" and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 4096):
         raise InvalidResponse("response.max_output_tokens must be an integer in [1, 4096] or 'inf'")
-    modalities = response.get("output_modalities", response.get("modalities", ["audio"]))
+    modalities = response.get("output_modalities", response.get("modalities", ["audio" if spoken else "text"]))
     if not (isinstance(modalities, list) and modalities and set(modalities) <= {"audio", "text"}):
         raise InvalidResponse("response.output_modalities must be ['audio'] or ['text']")
     conversation = response.get("conversation", "auto")

@@ -9,6 +9,7 @@ from voicepipe.turn_detection import TurnDetection
 @dataclass(slots=True)
 class CallConfig:
     instructions: str = DEFAULT_INSTRUCTIONS
+    spoken: bool = True  # False: replies in text only (the session's output_modalities ["text"])
     turn_detection: TurnDetection = field(default_factory=TurnDetection)
     # Time to first audio, measured from the end of speech: the deadline each turn is scheduled against.
     ttfa_s: float = 1.5

@@ -183,13 +183,14 @@ class LLMStage(Stage):
         self.emit(TurnCancelled(turn, reason))
 
     def _start(self, final: TranscriptFinal) -> None:
-        self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s)
+        asked = ResponseRequested(audio=self.config.spoken)
+        self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s, asked)
 
     def _reply(self, item_id: str | None, speech_end: float, transcript_at: float | None,
                asked: ResponseRequested | None = None) -> None:
         """Answer the conversation as it stands, against the deadline counted from `speech_end`, as the
         client `asked` (other instructions, a length, text only, outside the conversation)."""
-        asked = asked or ResponseRequested()
+        asked = asked or ResponseRequested(audio=self.config.spoken)
         self.cancel("superseded")
         turn = self._new_turn(item_id, speech_end)
         turn.spoken = asked.audio
@@ -208,7 +209,7 @@ class LLMStage(Stage):
         # Timed as if the end of speech will be confirmed when the turn detection expects it.
         wait = self.config.turn_detection.end_after_pause_s(self.config.early_final_ms)
         turn = self._new_turn(early.item_id, early.paused_at + wait)
-        turn.speculative = True
+        turn.speculative, turn.spoken = True, self.config.spoken
         self._speculated = early.text.strip()
         pending = ({"role": "user", "content": self._speculated},)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)

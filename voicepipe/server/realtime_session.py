@@ -11,7 +11,7 @@ VAD_FIELDS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "
               "interrupt_response")
 # Standard fields this server accepts and ignores (with a warning in its log), rather than failing a client
 # that sets them out of habit.
-IGNORED = ("model", "output_modalities", "modalities", "voice", "tools", "tool_choice", "max_output_tokens",
+IGNORED = ("model", "voice", "tools", "tool_choice", "max_output_tokens",
            "max_response_output_tokens", "temperature", "tracing", "include", "prompt", "truncation",
            "input_audio_transcription", "input_audio_noise_reduction", "speed", "client_secret",
            "expires_at", "object", "id")
@@ -32,6 +32,10 @@ def native_update(session: Any) -> dict:
     for name in ("instructions", "scheduler"):
         if name in session:
             native[name] = session[name]
+    modalities = session.get("output_modalities", session.get("modalities"))
+    if modalities is not None:  # the beta's ["audio", "text"] is spoken, with its transcript
+        native["output_modalities"] = ["audio"] if isinstance(modalities, list) and "audio" in modalities \
+            else modalities
     audio = session.get("audio") or {}
     inputs, outputs = (audio.get("input") or {}), (audio.get("output") or {})
     _check_format(inputs.get("format", session.get("input_audio_format")), "input")
@@ -46,6 +50,7 @@ def native_update(session: Any) -> dict:
         if isinstance(detection, dict):
             ignored += [f"turn_detection.{k}" for k in detection if k not in VAD_FIELDS]
     unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio",
+                                               "output_modalities", "modalities",
                                                "input_audio_format", "output_audio_format", "turn_detection")]
     if ignored or unknown:
         log.warning("session.update: ignored %s", ", ".join(ignored + unknown))
@@ -71,10 +76,11 @@ def ga_session(native: dict, model: str, beta: bool) -> dict:
     common = {"id": native["id"], "object": "realtime.session", "model": model,
               "instructions": native["instructions"], "scheduler": native["scheduler"], "limits": native["limits"]}
     if beta:
-        return {**common, "modalities": ["audio", "text"], "voice": "piper", "input_audio_format": "pcm16",
-                "output_audio_format": "pcm16", "turn_detection": vad}
+        spoken = native["output_modalities"] == ["audio"]
+        return {**common, "modalities": ["audio", "text"] if spoken else ["text"], "voice": "piper",
+                "input_audio_format": "pcm16", "output_audio_format": "pcm16", "turn_detection": vad}
     pcm = {"type": "audio/pcm", "rate": RATE}
-    return {**common, "type": "realtime", "output_modalities": ["audio"],
+    return {**common, "type": "realtime", "output_modalities": native["output_modalities"],
             "audio": {"input": {"format": pcm, "turn_detection": vad, "transcription": {"model": "whisper"},
                                 "noise_reduction": None},
                       "output": {"format": pcm, "voice": "piper", "speed": 1.0}},
