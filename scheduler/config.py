@@ -67,5 +67,6 @@ class EngineConfig:
     # leave the model where it was loaded.
     device: str | None = None
 
-    def with_knobs(self, **changes) -> "EngineConfig":
+    def with_fields(self, **changes) -> "EngineConfig":
+        """A copy with some fields changed (any field: the knobs, the policy, the pool's size)."""
         return replace(self, **changes)

@@ -45,7 +45,7 @@ class Runtime:
         """An engine on a thread of this process, over models already loaded."""
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-        engine = make_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_knobs(policy=policy))
+        engine = make_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_fields(policy=policy))
         client = LocalEngine(engine)
         client.start()
         return cls(client, tokenizer, **voice_info(model, asr, tts))
