@@ -13,6 +13,7 @@ from scheduler import RequestClass
 from voicepipe.pipeline.agreement import Agreement
 from voicepipe.pipeline.events import (
     BargeIn,
+    InputCleared,
     ItemCreated,
     ResponseRequested,
     SpeechAudio,
@@ -198,4 +199,15 @@ async def test_the_metadata_of_a_response_request_comes_back_in_its_response_cre
     await call.push(ResponseRequested({"client_event_id": "evt_42"}))
     created = call.client.of(ServerEvent.RESPONSE_CREATED)[-1]["response"]
     assert created["metadata"] == {"client_event_id": "evt_42"}
+    await call.close()
+
+
+async def test_a_reply_paused_by_speech_the_client_then_clears_plays_on():
+    call = Call(reply=LONG_REPLY)
+    await call.utterance()
+    await call.push(SpeechStarted("item_2", 0, time.monotonic()), BargeIn("item_2"))
+    assert call.client.kinds()[-1] == ServerEvent.PLAYBACK_CLEARED
+    frames = sum(isinstance(m, bytes) for m in call.client.messages)
+    await call.push(InputCleared("item_2"))  # input_audio_buffer.clear: the interruption is gone unheard
+    assert sum(isinstance(m, bytes) for m in call.client.messages) > frames  # the rest of the reply follows
     await call.close()

@@ -72,6 +72,7 @@ async def speak_over_the_reply(server, speech_wav, words_said: str) -> dict:
         await call.speak(read_audio(speech_wav(words_said), SAMPLE_RATE), silence_s=2.0)
         done = await call.wait("response.done")
         done["cleared"] = len(call.of("output_audio_buffer.cleared"))
+        done["heard"] = [e["transcript"] for e in call.of("conversation.item.input_audio_transcription.completed")]
         return done
     finally:
         await call.close()

@@ -18,15 +18,16 @@ from typing import Any
 from scheduler import RequestClass, SamplingParams
 from scheduler.client import EngineClient
 
-BACKCHANNELS = {"mm", "mmm", "hm", "hmm", "mhm", "mm-hmm", "mm-hm", "mmhmm", "uh-huh", "uh", "um", "ah", "oh",
-                "yeah", "yes", "yep", "ok", "okay", "right", "sure", "aha", "huh", "i", "see", "got", "it"}
+# Words of backchannels and fillers, hyphenated ones by their parts ("mm-hmm", "uh-huh", "uh-uh").
+BACKCHANNELS = {"mm", "mmm", "hm", "hmm", "mhm", "mmhmm", "uh", "um", "ah", "oh", "huh", "aha", "yeah", "yes",
+                "yep", "ok", "okay", "right", "sure", "i", "see", "got", "it"}
 _NOISE = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")  # Whisper's "(coughs)", "[noise]", "*sigh*"
 
 
 def is_backchannel(text: str) -> bool:
     """Nothing but a short acknowledgement, a filler or a noise: no reason to stop the assistant."""
-    words = re.findall(r"[a-z]+(?:[-'][a-z]+)*", _NOISE.sub(" ", text.lower()))
-    return len(words) <= 3 and all(word in BACKCHANNELS for word in words)
+    words = re.findall(r"[a-z]+", _NOISE.sub(" ", text.lower()))
+    return len(words) <= 4 and all(word in BACKCHANNELS for word in words)
 
 
 FINAL_PUNCTUATION = "?.!"

@@ -94,6 +94,8 @@ class LLMStage(Stage):
                 self.spawn(self._judge(event))
         elif isinstance(event, SpeechResumed | InputCleared):
             self._drop_speculation()
+            if isinstance(event, InputCleared) and event.item_id is not None:
+                self._barging(event.item_id, "", final=True)  # speech dropped unheard: the reply goes on
         elif isinstance(event, ItemCreated):
             self.conversation.add(event.role, event.text, event.item_id)
         elif isinstance(event, ItemRequested):
