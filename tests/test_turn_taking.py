@@ -162,7 +162,7 @@ def test_the_judged_prompt_ends_where_the_callers_message_would_close():
 
 def test_the_less_finished_the_words_the_longer_the_silence_waited():
     detection = TurnDetection()
-    waits = [detection.silence_ms(p, 200) for p in (0.5, 0.08, 0.03, 0.02, 0.01, 1e-9)]
+    waits = [detection.silence_ms(p, 200) for p in (0.5, 0.05, 0.03, 0.01, 0.003, 1e-9)]
     assert waits[0] == waits[1] == 200 and waits[1] < waits[2] < waits[3] < waits[4]
     assert waits[4] == waits[5] == detection.max_silence_ms
 

@@ -40,13 +40,13 @@ class Eagerness:
         return int(pause_ms + min(1.0, share) * (self.max_silence_ms - pause_ms))
 
 
-# From `voicepipe bench turns` (README, "Turn-taking"): most finished questions get over 0.05 and most
-# sentences cut at a word boundary under 0.01 (Whisper's words at a pause are often garbled, so neither
-# all). Medium keeps the cut sentences followed by a 0.7-1.0 s pause whole about 9 times in 10. The
-# longest silences are shorter than the Realtime API's (8, 4 and 2 s): on a phone, seconds of silence
-# after a finished question the detector doubted cost more than a rare early answer.
-EAGERNESS = {"low": Eagerness(0.1, 3000, 3e-3), "medium": Eagerness(0.08, 2000, 1e-2),
-             "high": Eagerness(0.03, 1200, 3e-3)}
+# Set on `voicepipe bench turns` (README, "Turn-taking"; tuned on that set, so read its figures as an
+# upper bound): most finished questions get over 0.05 and most sentences cut at a word boundary under
+# 0.003 (Whisper's words at a pause are often garbled, so neither all). A cut sentence whose wait outlasts
+# the caller's pause stays whole, so past about 1.5 s a longer wait buys little but silence after the
+# finished questions the judge doubted. The Realtime API's longest waits are 8, 4 and 2 s.
+EAGERNESS = {"low": Eagerness(0.1, 3000, 3e-3), "medium": Eagerness(0.05, 1500, 3e-3),
+             "high": Eagerness(0.03, 1000, 3e-3)}
 EAGERNESS["auto"] = EAGERNESS["medium"]
 RANGES = {"threshold": (0.01, 0.99), "prefix_padding_ms": (0, 2000), "silence_duration_ms": (100, 5000)}
 FLAGS = ("create_response", "interrupt_response")
