@@ -49,6 +49,12 @@ class ServerEvent:
     ERROR = "error"
 
 
+def event_id_of(event: Any) -> str | None:
+    """The `event_id` a client gave its event (a string of up to 64 characters), for the errors it causes."""
+    cause = event.get("event_id") if isinstance(event, dict) else None
+    return cause if isinstance(cause, str) and len(cause) <= 64 else None
+
+
 def error(code: str, message: str, kind: str = "invalid_request_error", event_id: str | None = None) -> dict:
     """An error; `event_id` names the client event that caused it, when the client gave its events ids."""
     return {"type": ServerEvent.ERROR, "error": {"type": kind, "code": code, "message": message,

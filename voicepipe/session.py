@@ -146,8 +146,7 @@ class Session:
             await self.error("invalid_json", f"the message is not valid JSON ({type(e).__name__}: {e})")
             return
         kind = event.get("type") if isinstance(event, dict) else None
-        cause = event.get("event_id") if isinstance(event, dict) else None
-        self._cause = cause if isinstance(cause, str) and len(cause) <= 64 else None
+        self._cause = protocol.event_id_of(event)
         try:
             await self._dispatch(kind, event)
         finally:
@@ -244,11 +243,11 @@ class Session:
         if unknown:
             raise InvalidUpdate(f"unknown session fields: {', '.join(sorted(unknown))}")
         instructions = update.get("instructions", self.config.instructions)
-        if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS or not _is_unicode(instructions):
+        if not _is_text(instructions):
             raise InvalidUpdate(f"instructions must be a string of at most {MAX_INSTRUCTIONS} characters, "
                                 "without lone surrogates")
-        modalities = update.get("output_modalities", ["audio" if self.config.spoken else "text"])
-        if modalities not in (["audio"], ["text"], ["audio", "text"], ["text", "audio"]):
+        spoken = _spoken(update.get("output_modalities"), self.config.spoken)
+        if spoken is None:
             raise InvalidUpdate("output_modalities must be ['audio'] or ['text']")
         try:
             detection = check_update(update["turn_detection"], self.config.turn_detection) \
@@ -268,7 +267,7 @@ class Session:
                 raise InvalidUpdate(f"scheduler: {e}") from None
         for name, value in detection.items():
             setattr(self.config.turn_detection, name, value)
-        self.config.spoken = "audio" in modalities
+        self.config.spoken = spoken
         self.config.instructions = self.conversation.instructions = instructions
         return knobs
 
@@ -317,7 +316,7 @@ def _message_text(item: Any) -> tuple[str, str]:
         if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text", "text"):
             raise ValueError("only text parts ('input_text', 'output_text', 'text') are supported")
         text = part.get("text")
-        if not isinstance(text, str) or len(text) > MAX_INSTRUCTIONS or not _is_unicode(text):
+        if not _is_text(text):
             raise ValueError(f"a part's 'text' must be a string of at most {MAX_INSTRUCTIONS} characters")
         texts.append(text)
     return role, "".join(texts)
@@ -334,20 +333,34 @@ def _response_request(response: Any, event_id: str | None, spoken: bool) -> Resp
         raise InvalidResponse(f"response.metadata must be at most {MAX_METADATA} pairs of strings (keys up to 64 "
                               "characters, values up to 512)", "invalid_metadata")
     instructions = response.get("instructions")
-    if instructions is not None and not (isinstance(instructions, str) and len(instructions) <= MAX_INSTRUCTIONS
-                                         and _is_unicode(instructions)):
+    if instructions is not None and not _is_text(instructions):
         raise InvalidResponse(f"response.instructions must be a string of at most {MAX_INSTRUCTIONS} characters")
     limit = response.get("max_output_tokens", response.get("max_response_output_tokens", "inf"))
     if limit != "inf" and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 4096):
         raise InvalidResponse("response.max_output_tokens must be an integer in [1, 4096] or 'inf'")
-    modalities = response.get("output_modalities", response.get("modalities", ["audio" if spoken else "text"]))
-    if not (isinstance(modalities, list) and modalities and set(modalities) <= {"audio", "text"}):
+    spoken = _spoken(response.get("output_modalities", response.get("modalities")), spoken)
+    if spoken is None:
         raise InvalidResponse("response.output_modalities must be ['audio'] or ['text']")
     conversation = response.get("conversation", "auto")
     if conversation not in ("auto", "none"):
         raise InvalidResponse("response.conversation must be 'auto' or 'none'")
     return ResponseRequested(metadata, event_id, instructions, None if limit == "inf" else limit,
-                             conversation == "none", "audio" in modalities)
+                             conversation == "none", spoken)
+
+
+def _spoken(modalities: Any, default: bool) -> bool | None:
+    """Whether `output_modalities` asks for speech (`["audio"]`, or the beta's `["audio", "text"]`) or only
+    text (`["text"]`); `default` when not given, None when it is neither."""
+    if modalities is None:
+        return default
+    if not (isinstance(modalities, list) and modalities and set(modalities) <= {"audio", "text"}):
+        return None
+    return "audio" in modalities
+
+
+def _is_text(value: Any) -> bool:
+    """A string a message or instructions may be: at most MAX_INSTRUCTIONS characters, encodable."""
+    return isinstance(value, str) and len(value) <= MAX_INSTRUCTIONS and _is_unicode(value)
 
 
 def _is_unicode(text: str) -> bool:

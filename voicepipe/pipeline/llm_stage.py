@@ -185,8 +185,7 @@ class LLMStage(Stage):
         self.emit(TurnCancelled(turn, reason))
 
     def _start(self, final: TranscriptFinal) -> None:
-        asked = ResponseRequested(audio=self.config.spoken)
-        self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s, asked)
+        self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s)
 
     def _reply(self, item_id: str | None, speech_end: float, transcript_at: float | None,
                asked: ResponseRequested | None = None) -> None:

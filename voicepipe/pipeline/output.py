@@ -179,9 +179,7 @@ class ClientOutput(Stage):
             turn.playback = [(index, start, min(seconds, now - start)) for index, start, seconds in turn.playback
                              if start < now]
             turn.stop_audio(now)
-            self._audible, self._sent = None, []
-            self.pacing.clear(now)
-            await self.send(protocol.playback_cleared(turn.response_id))
+            await self._clear_playback(turn, now)
         self.emit_upstream(PlaybackPaused(item_id))
 
     async def _resolve(self, real: bool, now: float) -> None:
@@ -202,7 +200,7 @@ class ClientOutput(Stage):
                 await self._handle(event)
 
     async def _interrupt(self, now: float) -> None:
-        """The caller spoke or asked to cancel: audio still playing stops, even of a finished reply."""
+        """The client asked to cancel: audio still playing stops, even of a finished reply."""
         if self._audible is not None and self.pacing.buffered(now) > 0:
             await self._stop_audio(self._audible, now)
 
@@ -212,9 +210,13 @@ class ClientOutput(Stage):
         turn.stop_audio(now)
         self.conversation.truncate(turn.output_item_id, turn.played_text(now) if heard is None else heard)
         if self._audible is turn:
-            self._audible = None
-            self.pacing.clear(now)
-            await self.send(protocol.playback_cleared(turn.response_id))
+            await self._clear_playback(turn, now)
+
+    async def _clear_playback(self, turn: Turn, now: float) -> None:
+        """The caller's queued audio of `turn` is dropped, here and (told so) in the client."""
+        self._audible, self._sent = None, []
+        self.pacing.clear(now)
+        await self.send(protocol.playback_cleared(turn.response_id))
 
     async def _truncate(self, event: TruncateRequested, now: float) -> None:
         """The client stopped playing an item: its audio stops here too, and the conversation keeps the

@@ -66,7 +66,7 @@ class RealtimeDialect:
 
     async def _inbound(self, event: dict) -> str | bytes | None:
         kind = event.get("type")
-        cause = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+        cause = protocol.event_id_of(event)
         if kind == ClientEvent.AUDIO_APPEND:
             try:
                 pcm = base64.b64decode(event.get("audio") or "", validate=True)
