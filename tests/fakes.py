@@ -68,8 +68,8 @@ def end_probability(text: str) -> float:
 
 class FakeEngine:
     """Jobs run at once; a request streams its scripted reply a word per token, each after `gate` opens
-    (set by default: replies stream as fast as the event loop runs). A request with a probe token gets
-    the fake `end_probability` of its prompt's last user message."""
+    (set by default: replies stream as fast as the event loop runs) if its question is `gated`. A request
+    with a probe token gets the fake `end_probability` of its prompt's last user message."""
 
     def __init__(self, tokenizer: FakeTokenizer, replies: dict[str, str] | None = None,
                  default_reply: str = "Yes.", asr: "FakeASR | None" = None, tts: "FakeTTS | None" = None) -> None:
@@ -83,6 +83,7 @@ class FakeEngine:
         self.promoted: list[tuple[str, RequestClass]] = []
         self.gate = asyncio.Event()
         self.gate.set()
+        self.gated: Callable[[str], bool] = lambda question: True  # which questions' replies wait on `gate`
 
     def by_id(self, request_id: str) -> Request:
         return next(r for r in self.requests if r.request_id == request_id)
@@ -97,7 +98,8 @@ class FakeEngine:
         words = self.replies.get(question, self.default_reply).split()[:params.max_tokens]
         try:
             for n, word in enumerate(words):
-                await self.gate.wait()
+                if self.gated(question):
+                    await self.gate.wait()
                 request.tokens += 1
                 probe = end_probability(question) if params.probe_tokens else None
                 yield Output(n, word if n == 0 else " " + word, probe=probe)

@@ -112,7 +112,8 @@ async def test_a_text_only_reply_sends_text_and_no_audio_in_each_dialects_names(
     assert "response.output_text.delta" in kinds and "response.output_text.done" in kinds
     assert not any("audio" in kind for kind in kinds), kinds
     part = next(e for e in ga if e["type"] == "response.content_part.done")["part"]
-    assert part == {"type": "output_text", "text": "one two three four five six"}
+    assert part == {"type": "text", "text": "one two three four five six"}  # a part says text, its item output_text
+    assert ga[-1]["response"]["output"][0]["content"][0]["type"] == "output_text"
     assert ga[-1]["response"]["output_modalities"] == ["text"]
     beta = await reply_events(url, {"modalities": ["text"]}, beta=True)
     kinds = [e["type"] for e in beta]

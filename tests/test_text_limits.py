@@ -9,6 +9,7 @@ import time
 import pytest
 import pytest_asyncio
 from fake_call import fake_server
+from websockets.asyncio.client import connect
 
 from voicepipe.limits import Limits
 
@@ -69,6 +70,29 @@ async def test_more_text_requests_than_allowed_are_answered_429(served):
     engine.gate.set()
     assert [status for status, _, _ in await asyncio.gather(*held)] == [200, 200]
     assert (await post(server, chat()))[0] == 200  # room again
+
+
+async def test_a_full_text_queue_answers_429_while_a_call_beside_it_is_answered(served):
+    server, engine = served
+    engine.gate.clear()
+    engine.gated = lambda question: question == "Hello?"  # text requests stall; the call's do not
+    try:
+        held = [asyncio.create_task(post(server, chat())) for _ in range(2)]
+        while sum(not r.closed for r in engine.requests) < 2:
+            await asyncio.sleep(0.01)
+        assert (await post(server, chat()))[0] == 429
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
+            await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": "And the call?"}]}}))
+            await ws.send(json.dumps({"type": "response.create"}))
+            while (event := json.loads(await asyncio.wait_for(ws.recv(), 10)))["type"] != "response.done":
+                pass
+        assert event["response"]["status"] == "completed"
+        assert (await post(server, chat()))[0] == 429  # the text requests still hold every slot
+    finally:
+        engine.gated = lambda question: True
+        engine.gate.set()
+    assert [status for status, _, _ in await asyncio.gather(*held)] == [200, 200]
 
 
 async def test_a_client_leaving_a_whole_answer_aborts_its_request(served):

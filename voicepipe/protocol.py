@@ -89,11 +89,12 @@ def transcript_completed(item_id: str, transcript: str, audio_s: float) -> dict:
             "usage": {"type": "duration", "seconds": round(audio_s, 3)}}
 
 
-def message_item(item_id: str, role: str, text: str) -> dict:
-    """A message of the conversation, as the client reads it."""
-    part = "output_text" if role == "assistant" else "input_text"
-    return {"id": item_id, "type": "message", "role": role, "status": "completed",
-            "content": [{"type": part, "text": text}]}
+def message_item(item_id: str, role: str, text: str, spoken: bool = False) -> dict:
+    """A message of the conversation, as the client reads it: a spoken one is audio with its transcript
+    (the audio itself is not kept)."""
+    side = "output" if role == "assistant" else "input"
+    part = {"type": f"{side}_audio", "transcript": text} if spoken else {"type": f"{side}_text", "text": text}
+    return {"id": item_id, "type": "message", "role": role, "status": "completed", "content": [part]}
 
 
 def text_item(item_id: str, role: str, text: str) -> list[dict]:
@@ -106,8 +107,8 @@ def item_deleted(item_id: str) -> dict:
     return {"type": ServerEvent.ITEM_DELETED, "item_id": item_id}
 
 
-def item_retrieved(item_id: str, role: str, text: str) -> dict:
-    return {"type": ServerEvent.ITEM_RETRIEVED, "item": message_item(item_id, role, text)}
+def item_retrieved(item_id: str, role: str, text: str, spoken: bool) -> dict:
+    return {"type": ServerEvent.ITEM_RETRIEVED, "item": message_item(item_id, role, text, spoken)}
 
 
 def item_truncated(item_id: str, audio_end_ms: int) -> dict:

@@ -15,17 +15,19 @@ class Conversation:
 
     def __init__(self, instructions: str) -> None:
         self.instructions = instructions
-        self.items: list[dict[str, str]] = []  # {"id", "role", "content"}, oldest first
+        self.items: list[dict[str, Any]] = []  # {"id", "role", "content", "spoken"}, oldest first
 
-    def add(self, role: str, content: str, item_id: str | None = None) -> str:
+    def add(self, role: str, content: str, item_id: str | None = None, spoken: bool = False) -> str:
+        """A message; `spoken` if it was said aloud (the caller's speech, a spoken reply), as a client
+        reading the item back sees it: audio with its transcript."""
         item_id = item_id or new_id("item")
-        self.items.append({"id": item_id, "role": role, "content": content})
+        self.items.append({"id": item_id, "role": role, "content": content, "spoken": spoken})
         return item_id
 
-    def get(self, item_id: str) -> dict[str, str] | None:
+    def get(self, item_id: str) -> dict[str, Any] | None:
         return next((item for item in self.items if item["id"] == item_id), None)
 
-    def delete(self, item_id: str) -> dict[str, str] | None:
+    def delete(self, item_id: str) -> dict[str, Any] | None:
         """Take an item out: no later prompt holds it (the KV cache keeps only what still matches)."""
         item = self.get(item_id)
         if item is not None:

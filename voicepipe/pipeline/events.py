@@ -211,12 +211,14 @@ class ItemRequested(Event):
 
 @dataclass(frozen=True, slots=True)
 class ItemFound(Event):
-    """The answer to an ItemRequested: the item as it was (its role and text), now deleted if asked."""
+    """The answer to an ItemRequested: the item as it was (its role, text, and whether it was spoken), now
+    deleted if asked."""
 
     item_id: str
     action: str
     role: str
     text: str
+    spoken: bool = False
 
 
 @dataclass(frozen=True, slots=True)

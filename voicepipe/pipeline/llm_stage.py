@@ -116,7 +116,7 @@ class LLMStage(Stage):
                 self._confirm(turn, event)
                 return
             self._drop_speculation()
-            self.conversation.add("user", event.text.strip(), event.item_id)
+            self.conversation.add("user", event.text.strip(), event.item_id, spoken=True)
             if not self._user_speaking and detection.create_response and not detection.manual:
                 self._start(event)
 
@@ -130,7 +130,7 @@ class LLMStage(Stage):
             if self.turn is not None and self.turn.output_item_id == event.item_id:
                 self.cancel("client_cancelled")
             self.conversation.delete(event.item_id)
-        self.emit(ItemFound(event.item_id, event.action, item["role"], item["content"]))
+        self.emit(ItemFound(event.item_id, event.action, item["role"], item["content"], item["spoken"]))
 
     async def feedback(self, event: Feedback) -> bool:
         if not isinstance(event, PlaybackPaused):
@@ -196,7 +196,7 @@ class LLMStage(Stage):
         turn = self._new_turn(item_id, speech_end)
         turn.spoken = asked.audio
         if not asked.out_of_band:
-            self.conversation.add("assistant", "", turn.output_item_id)
+            self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
         if transcript_at is not None:
             turn.mark("final_transcript", transcript_at)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens,
@@ -223,8 +223,8 @@ class LLMStage(Stage):
     def _confirm(self, turn: Turn, final: TranscriptFinal) -> None:
         turn.confirm(final.speech_end, final.speech_end + self.config.ttfa_s)
         turn.mark("final_transcript", final.speech_end + final.ready_s)
-        self.conversation.add("user", self._speculated, final.item_id)
-        self.conversation.add("assistant", turn.text, turn.output_item_id)
+        self.conversation.add("user", self._speculated, final.item_id, spoken=True)
+        self.conversation.add("assistant", turn.text, turn.output_item_id, spoken=turn.spoken)
         self.engine.promote(turn.request_id, RequestClass.REALTIME, self.pacing.llm_deadline(turn, time.monotonic()),
                             self.call_id)
         self.emit(TurnConfirmed(turn))

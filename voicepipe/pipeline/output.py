@@ -109,7 +109,7 @@ class ClientOutput(Stage):
             await self._truncate(event, now)
         elif isinstance(event, ItemFound):
             await self.send(protocol.item_deleted(event.item_id) if event.action == "delete"
-                            else protocol.item_retrieved(event.item_id, event.role, event.text))
+                            else protocol.item_retrieved(event.item_id, event.role, event.text, event.spoken))
         elif isinstance(event, TranscriptDelta):
             await self.send(protocol.transcript_delta(event.item_id, event.delta, event.partial))
         elif isinstance(event, TranscriptFinal):

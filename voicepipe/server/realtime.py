@@ -117,6 +117,8 @@ class RealtimeDialect:
 
     def _outbound(self, event: dict) -> list[dict]:
         kind = event.get("type")
+        if self.beta and kind in (ServerEvent.ITEM_ADDED, ServerEvent.ITEM_RETRIEVED):
+            event = {**event, "item": _beta_item(event["item"])}
         if kind in (ServerEvent.SESSION_CREATED, ServerEvent.SESSION_UPDATED):
             return [{"type": kind, "session": ga_session(event["session"], self.model, self.beta)}]
         if kind == ServerEvent.SCHEDULER_STATS:
@@ -130,11 +132,13 @@ class RealtimeDialect:
             self._items.remove(event["item_id"])
         if kind == ServerEvent.ITEM_ADDED:
             return [{**event, "previous_item_id": self._follows(event["item"]["id"])}]
+        if kind == ServerEvent.ITEM_DONE and self.beta:
+            return []  # the beta has no such event: its conversation.item.created is the whole item
         if kind == ServerEvent.TRANSCRIPT_DELTA:
             return [{"type": kind, "item_id": event["item_id"], "content_index": 0, "delta": event["delta"]}]
         if kind == ServerEvent.TRANSCRIPT_COMPLETED:
             done = {"type": "conversation.item.done", "item": _user_item(event["item_id"], event["transcript"])}
-            return [{**event, "content_index": 0}, done]
+            return [{**event, "content_index": 0}, *([] if self.beta else [done])]
         if kind == ServerEvent.RESPONSE_CREATED:
             return self._response_created(event["response"])
         if kind == ServerEvent.RESPONSE_TEXT_DELTA:
@@ -165,8 +169,9 @@ class RealtimeDialect:
         self._responses[response["id"]] = {"where": where, "transcript": "", "audio_done": not spoken,
                                            "spoken": spoken, "in_conversation": in_conversation}
         self._speaker = None  # a fresh resampler: no tail of the last reply
-        item = _assistant_item(item_id, "in_progress", None, self._part_type(spoken))
-        created = {**_response(response["id"], "in_progress", [], spoken=spoken), "metadata": response.get("metadata")}
+        item = _assistant_item(item_id, "in_progress", None, self._item_part(spoken))
+        created = {**self._response(response["id"], "in_progress", [], spoken=spoken),
+                   "metadata": response.get("metadata")}
         added = [{"type": "conversation.item.added", "previous_item_id": self._follows(item_id), "item": item}]
         return [{"type": "response.created", "response": created},
                 {"type": "response.output_item.added", "response_id": response["id"], "output_index": 0,
@@ -174,14 +179,34 @@ class RealtimeDialect:
                 *(added if in_conversation else []),
                 {"type": "response.content_part.added", **where, "part": self._part(spoken, "")}]
 
-    def _part_type(self, spoken: bool) -> str:
-        """A reply's content part type, as each dialect names it."""
+    def _item_part(self, spoken: bool) -> str:
+        """The type of a reply's content in its item, as each dialect names it (GA `output_audio`, beta
+        `audio`); the content part events say `audio` / `text` in both."""
         if self.beta:
             return "audio" if spoken else "text"
         return "output_audio" if spoken else "output_text"
 
-    def _part(self, spoken: bool, text: str) -> dict:
-        return {"type": self._part_type(spoken), ("transcript" if spoken else "text"): text}
+    @staticmethod
+    def _part(spoken: bool, text: str) -> dict:
+        return {"type": "audio" if spoken else "text", ("transcript" if spoken else "text"): text}
+
+    def _response(self, response_id: str, status: str, output: list[dict], usage: dict[str, Any] | None = None,
+                  spoken: bool = True) -> dict:
+        """A response object in the dialect's shape (GA `output_modalities` and `audio.output`, beta
+        `modalities`, `voice` and `output_audio_format`)."""
+        body: dict[str, Any] = {"id": response_id, "object": "realtime.response", "status": status,
+                                "output": output}
+        if self.beta:
+            body.update(modalities=["audio", "text"] if spoken else ["text"], voice="piper",
+                        output_audio_format="pcm16")
+        else:
+            body.update(output_modalities=["audio" if spoken else "text"],
+                        audio={"output": {"format": {"type": "audio/pcm", "rate": RATE}, "voice": "piper"}})
+        if usage is not None:
+            body["usage"] = {**usage, "input_token_details": {"text_tokens": usage["input_tokens"],
+                                                              "audio_tokens": 0, "cached_tokens": 0},
+                             "output_token_details": {"text_tokens": usage["output_tokens"], "audio_tokens": 0}}
+        return body
 
     def _follows(self, item_id: str) -> str | None:
         """The item `item_id` joins the conversation after (None for the first): what lets a client mirror
@@ -208,21 +233,28 @@ class RealtimeDialect:
     def _response_done(self, native: dict) -> list[dict]:
         response = self._responses.pop(native["id"], None)
         if response is None:
-            return [{"type": "response.done", "response": _response(native["id"], native["status"], [])}]
+            return [{"type": "response.done", "response": self._response(native["id"], native["status"], [])}]
         where, spoken, said = response["where"], response["spoken"], response["transcript"]
         transcript = native["output"][0]["text"] if native.get("output") else said
         status = "completed" if native["status"] == "completed" else "incomplete"
-        item = _assistant_item(where["item_id"], status, transcript, self._part_type(spoken))
-        body = _response(native["id"], native["status"], [item], native.get("usage"), spoken)
+        item = _assistant_item(where["item_id"], status, transcript, self._item_part(spoken))
+        body = self._response(native["id"], native["status"], [item], native.get("usage"), spoken)
         body.update({k: native[k] for k in ("status_details", "timings", "deadline_met", "underruns") if k in native})
         text_done = ({"type": "response.output_audio_transcript.done", **where, "transcript": said} if spoken
                      else {"type": "response.output_text.done", **where, "text": said})
-        item_done = [{"type": "conversation.item.done", "item": item}] if response["in_conversation"] else []
+        item_done = [{"type": "conversation.item.done", "item": item}] \
+            if response["in_conversation"] and not self.beta else []
         return [*self._audio_done(native["id"]), text_done,
                 {"type": "response.content_part.done", **where, "part": self._part(spoken, said)},
                 {"type": "response.output_item.done", "response_id": native["id"], "output_index": 0, "item": item},
                 *item_done,
                 {"type": "response.done", "response": body}]
+
+
+def _beta_item(item: dict) -> dict:
+    """A native item's content in the beta's part names (`text` and `audio` for the assistant's)."""
+    names = {"output_text": "text", "output_audio": "audio"}
+    return {**item, "content": [{**part, "type": names.get(part["type"], part["type"])} for part in item["content"]]}
 
 
 def _user_item(item_id: str, transcript: str | None) -> dict:
@@ -236,14 +268,3 @@ def _assistant_item(item_id: str, status: str, transcript: str | None, part: str
     return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
             "status": status, "content": content}
 
-
-def _response(response_id: str, status: str, output: list[dict], usage: dict[str, Any] | None = None,
-              spoken: bool = True) -> dict:
-    body: dict[str, Any] = {"id": response_id, "object": "realtime.response", "status": status,
-                            "output": output, "output_modalities": ["audio" if spoken else "text"],
-                            "audio": {"output": {"format": {"type": "audio/pcm", "rate": RATE}, "voice": "piper"}}}
-    if usage is not None:
-        body["usage"] = {**usage, "input_token_details": {"text_tokens": usage["input_tokens"], "audio_tokens": 0,
-                                                          "cached_tokens": 0},
-                         "output_token_details": {"text_tokens": usage["output_tokens"], "audio_tokens": 0}}
-    return body

@@ -9,6 +9,7 @@ RATE = 24000  # the Realtime API's PCM rate, both ways
 PCM_NAMES = ("audio/pcm", "pcm16")  # GA's format type, and the beta's format string
 VAD_FIELDS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "eagerness", "create_response",
               "interrupt_response")
+SEMANTIC_FIELDS = ("type", "eagerness", "create_response", "interrupt_response")  # what its type reads back
 # Standard fields this server accepts and ignores (with a warning in its log), rather than failing a client
 # that sets them out of habit.
 IGNORED = ("model", "voice", "tools", "tool_choice", "max_output_tokens",
@@ -71,8 +72,11 @@ def _check_format(fmt: Any, which: str) -> None:
 
 
 def ga_session(native: dict, model: str, beta: bool) -> dict:
-    """The session as a Realtime client expects to read it."""
+    """The session as a Realtime client expects to read it (semantic_vad without the threshold and padding
+    the Silero detector under it still uses: the Realtime types have no such fields for it)."""
     vad = native["turn_detection"]
+    if vad is not None and vad["type"] == "semantic_vad":
+        vad = {k: v for k, v in vad.items() if k in SEMANTIC_FIELDS}
     common = {"id": native["id"], "object": "realtime.session", "model": model,
               "instructions": native["instructions"], "scheduler": native["scheduler"], "limits": native["limits"]}
     if beta:
