@@ -17,6 +17,7 @@ import torch
 
 from scheduler.config import EngineConfig, check_knobs
 from scheduler.detokenizer import Detokenizer
+from scheduler.grammar import Constraints
 from scheduler.jobs import Job, JobHandler, JobQueue, JobResult
 from scheduler.kv_pool import SlabPool
 from scheduler.metrics import Metrics
@@ -45,6 +46,8 @@ class Engine:
         gen = getattr(model, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        vocab = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
+        self.constraints = Constraints(tokenizer, vocab, self.eos_ids)
         self.requests: dict[str, Sequence] = {}
         self.handlers: dict[str, JobHandler] = dict(jobs or {})
         self.jobs = JobQueue()
@@ -99,8 +102,9 @@ class Engine:
         try:
             logits = self.runner.run(plan)
             params = [s.params for s in sampling]
+            probes = probe_rows(logits, params)  # the model's own belief, before any grammar's mask
+            self._mask(logits, sampling)
             tokens = sample_rows(logits, params, [len(s.output_ids) for s in sampling]) if sampling else []
-            probes = probe_rows(logits, params)
         except Exception as exc:  # a fault in one step (an OOM, a kernel bug) fails that step's requests only
             self._fail_step(plan, exc)
             return
@@ -114,6 +118,14 @@ class Engine:
         for seq, token, probe in zip(sampling, tokens, probes, strict=True):
             self._append_token(seq, token, done, probe)
         self._maybe_compact()
+
+    def _mask(self, logits: torch.Tensor, sampling: list[Sequence]) -> None:
+        """Constrained rows may only sample what their grammar allows next (a batch without any: nothing)."""
+        ids = [s.request_id if s.status is not Status.FINISHED else "" for s in sampling]
+        if any(self.constraints.constrained(i) for i in ids):
+            t0 = time.monotonic()
+            self.constraints.mask(logits, ids)
+            self.metrics.mask_seconds.observe(time.monotonic() - t0)
 
     def _fail_step(self, plan: StepPlan, exc: Exception) -> None:
         log.exception("a model step failed; its %d requests fail with it", len(plan.chunks))
@@ -171,8 +183,9 @@ class Engine:
         self.metrics.count_tokens(1, cls)
         seq.output_ids.append(token)
         eos = token in self.eos_ids and not seq.params.ignore_eos
+        complete = self.constraints.accept(seq.request_id, token)  # its grammar allows nothing more
         text = "" if eos else seq.detokenizer.add(token)
-        if eos or seq.detokenizer.stopped:
+        if eos or complete or seq.detokenizer.stopped:
             reason = "stop"
         elif len(seq.output_ids) >= seq.params.max_tokens:
             reason = "length"
@@ -188,6 +201,7 @@ class Engine:
         seq.finish_reason = reason
         self.planner.finish(seq)
         self.requests.pop(seq.request_id, None)
+        self.constraints.drop(seq.request_id)
         self.metrics.e2e.labels(seq.cls.name).observe(time.monotonic() - seq.arrival)
         self.outputs.append((seq.request_id, Output(None, "", True, reason)))
 
@@ -195,6 +209,8 @@ class Engine:
     def add_request(self, seq: Sequence) -> Sequence:
         """Queue a request; its outputs appear in `outputs` under its id."""
         check_request(seq.prompt_ids, seq.params)
+        if seq.params.grammar is not None:
+            self.constraints.add(seq.request_id, seq.params.grammar)
         seq.detokenizer = Detokenizer(self.tokenizer, seq.params.stop)
         self.requests[seq.request_id] = seq
         self.planner.add(seq)
@@ -205,6 +221,7 @@ class Engine:
         if seq is not None:
             seq.finish_reason = "abort"
             self.planner.abort(seq)
+            self.constraints.drop(request_id)
             self.outputs.append((request_id, Output(None, "", True, "abort")))
 
     def set_deadline(self, request_id: str, deadline: float | None) -> None:

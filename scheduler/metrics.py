@@ -42,6 +42,9 @@ class Metrics:
         self.step_faults = Counter("voicepipe_step_faults", "Model steps that raised (their requests failed)",
                                    registry=r)
         self.compactions = Counter("voicepipe_kv_compactions", "Compactions run", registry=r)
+        self.mask_seconds = Histogram("voicepipe_grammar_mask_seconds",
+                                      "Filling and applying the grammar masks of one step's constrained rows",
+                                      buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1), registry=r)
         self.recent_steps: deque[dict] = deque(maxlen=200)
         self.steps_run = 0
         self._token_times: deque[tuple[float, int]] = deque(maxlen=2000)

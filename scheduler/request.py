@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from scheduler.detokenizer import Detokenizer
+from scheduler.grammar import Grammar
 
 
 class RequestClass(enum.IntEnum):
@@ -34,6 +35,7 @@ class SamplingParams:
     # how a caller reads the model's own belief that, say, a sentence is over (its final punctuation or the
     # end-of-message token next).
     probe_tokens: tuple[int, ...] = ()
+    grammar: Grammar | None = None  # what the output must match (constrained decoding), if anything
 
 
 def check_request(prompt_ids: list[int], params: SamplingParams) -> None:
@@ -44,6 +46,8 @@ def check_request(prompt_ids: list[int], params: SamplingParams) -> None:
         raise ValueError("max_tokens must be at least 1")
     if any(t < 0 for t in params.probe_tokens):
         raise ValueError("probe_tokens must be token ids")
+    if params.grammar is not None:
+        params.grammar.check()
 
 
 @dataclass(slots=True)
