@@ -18,6 +18,9 @@ import torch
 Kind = Literal["json_schema", "json_object", "regex", "choice", "structural_tag"]
 KINDS = ("json_schema", "json_object", "regex", "choice", "structural_tag")
 JSON_OBJECT = '{"type": "object"}'  # any object: OpenAI's json_object mode
+# The magnitude a number without bounds of its own is held under: unbounded, a small model's greedy choice
+# writes "1111..." until its length runs out (SmolLM2-135M did, for a city's population).
+NUMBER_BOUND = 10**15
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +34,7 @@ class Grammar:
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any]) -> "Grammar":
-        return cls("json_schema", json.dumps(schema))
+        return cls("json_schema", json.dumps(bounded(schema)))
 
     @classmethod
     def choice(cls, options: list[str]) -> "Grammar":
@@ -57,6 +60,24 @@ class Grammar:
         except Exception as e:  # xgrammar's own errors (RuntimeError, InvalidJSONError, ...) read as bad input
             raise ValueError(f"invalid {self.kind} grammar: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
                              ) from None
+
+
+def bounded(schema: Any) -> Any:
+    """`schema` with every integer or number that has no bound on a side held within +-NUMBER_BOUND there
+    (xgrammar then allows finitely many digits)."""
+    if isinstance(schema, list):
+        return [bounded(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bounded(v) for k, v in schema.items()}
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "integer" in kinds or "number" in kinds:
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = -NUMBER_BOUND
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = NUMBER_BOUND
+    return out
 
 
 def _choice_ebnf(source: str) -> str:

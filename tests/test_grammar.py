@@ -97,3 +97,14 @@ def test_a_grammar_crosses_the_process_channel_as_it_is():
     params = SamplingParams(max_tokens=9, grammar=Grammar.json_schema(SCHEMAS[1]))
     back = codec.command(codec.encode(m.Add("r1", [1, 2], params, 0)))
     assert back.params == params and isinstance(back.params.grammar, Grammar)
+
+
+def test_numbers_without_bounds_get_finite_ones_and_given_bounds_stay():
+    from scheduler.grammar import NUMBER_BOUND, bounded
+
+    schema = {"type": "object", "properties": {"n": {"type": "number"}, "k": {"type": ["integer", "null"],
+              "minimum": 3}, "items": {"type": "array", "items": {"type": "integer", "exclusiveMaximum": 9}}}}
+    out = bounded(schema)["properties"]
+    assert (out["n"]["minimum"], out["n"]["maximum"]) == (-NUMBER_BOUND, NUMBER_BOUND)
+    assert (out["k"]["minimum"], out["k"]["maximum"]) == (3, NUMBER_BOUND)
+    assert out["items"]["items"] == {"type": "integer", "exclusiveMaximum": 9, "minimum": -NUMBER_BOUND}

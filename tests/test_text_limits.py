@@ -1,6 +1,7 @@
-"""The text API cannot run away: unsupported parameters are refused by name, a request gets a bounded
-length, at most N wait or run at once (429 beyond), a client that leaves a whole answer aborts it, and
-unknown paths answer in OpenAI's shape. A real server over the fake engine: milliseconds."""
+"""The text API cannot run away: unsupported parameters (the legacy `functions`, log probabilities) are
+refused by name, a request gets a bounded length, at most N wait or run at once (429 beyond), a client
+that leaves a whole answer aborts it, and unknown paths answer in OpenAI's shape. A real server over the
+fake engine: milliseconds."""
 
 import asyncio
 import json
@@ -40,12 +41,12 @@ def chat(**extra) -> dict:
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({"tool_choice": "required"}, "tool_choice"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"functions": [{"name": "f"}]}, "functions"),
+    ({"function_call": "auto"}, "function_call"),
     ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),
 ])
-async def test_parameters_not_supported_yet_are_refused_by_name(served, extra, param):
+async def test_parameters_not_supported_are_refused_by_name(served, extra, param):
     status, _, body = await post(served[0], chat(**extra))
     assert status == 400 and body["error"]["param"] == param and body["error"]["code"] == "unsupported_parameter"
 

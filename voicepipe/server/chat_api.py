@@ -18,6 +18,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler import RequestClass, SamplingParams
+from scheduler.grammar import Grammar
+from voicepipe import tools
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.ids import new_id
 from voicepipe.limits import Limits
@@ -32,13 +34,29 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls, in the history
+    tool_call_id: str | None = None  # a tool's answer: to which call
 
     def as_chat(self) -> dict[str, str]:
+        """The message as the model reads it: calls in the call format, a tool's answer as its own role."""
         text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
+        text += "".join(tools.call_text(c.function.name, c.function.arguments) for c in self.tool_calls or [])
         return {"role": "system" if self.role == "developer" else self.role, "content": text}
 
 
@@ -61,22 +79,32 @@ class ChatRequest(BaseModel):
     n: int = Field(1, ge=1, le=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    # Not done yet: refused by `unsupported` rather than ignored, so a client asking for them knows.
     tools: list[Any] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None  # either way, at most one call per response
+    response_format: dict[str, Any] | None = None
+    # Not done: refused by `unsupported` rather than ignored, so a client asking for them knows.
     functions: list[Any] | None = None
     function_call: Any = None
-    response_format: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
 
     def unsupported(self) -> str | None:
-        """The first parameter asked for that this server cannot honour yet, if any."""
-        asked = {"tools": bool(self.tools), "tool_choice": self.tool_choice not in (None, "none"),
-                 "functions": bool(self.functions), "function_call": self.function_call not in (None, "none"),
-                 "response_format": (self.response_format or {"type": "text"}).get("type") != "text",
+        """The first parameter asked for that this server cannot honour, if any."""
+        asked = {"functions": bool(self.functions), "function_call": self.function_call not in (None, "none"),
                  "logprobs": bool(self.logprobs), "top_logprobs": bool(self.top_logprobs)}
         return next((name for name, wanted in asked.items() if wanted), None)
+
+    def structure(self) -> "tuple[list[tools.Tool], str | None, Grammar | None]":
+        """(tools, tool choice, grammar): what the reply must look like. ValueError("param: why") names the
+        field at fault."""
+        found = tools.parse_tools(self.tools) if self.tools else []
+        choice = tools.choose(found, self.tool_choice)
+        if choice is not None:
+            if self.response_format and self.response_format.get("type", "text") != "text":
+                raise ValueError("response_format: give tools or a response_format, not both")
+            return found, choice, tools.grammar(found, choice)
+        return found, None, response_grammar(self.response_format)
 
     def sampling(self, limit: int, default_max_tokens: int) -> SamplingParams:
         """`limit`: what the context leaves; a request that names no length gets `default_max_tokens`, and
@@ -87,6 +115,37 @@ class ChatRequest(BaseModel):
         wanted = self.max_completion_tokens or self.max_tokens or default_max_tokens
         return SamplingParams(max_tokens=min(wanted, limit, default_max_tokens), temperature=self.temperature,
                               top_p=self.top_p, stop=tuple(stop), seed=self.seed)
+
+
+def response_grammar(fmt: dict[str, Any] | None) -> Grammar | None:
+    """The grammar of a `response_format`: none for text, any JSON object, or a JSON schema's."""
+    kind = (fmt or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Grammar("json_object")
+    if kind != "json_schema":
+        raise ValueError(f"response_format.type: expected 'text', 'json_object' or 'json_schema', not {kind!r}")
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+        raise ValueError("response_format.json_schema.schema: expected a JSON schema object")
+    grammar = Grammar.json_schema(spec.get("schema") or {"type": "object"})
+    try:
+        grammar.check()
+    except ValueError as e:
+        raise ValueError(f"response_format.json_schema.schema: {e}") from None
+    return grammar
+
+
+def with_tool_instructions(messages: list[dict[str, str]], found: "list[tools.Tool]", choice: str | None
+                           ) -> list[dict[str, str]]:
+    """The messages, their system prompt telling the model what it may call (nothing, without tools)."""
+    if choice is None:
+        return messages
+    told = tools.instructions(found, choice)
+    if messages and messages[0]["role"] == "system":
+        return [{"role": "system", "content": f"{messages[0]['content']}\n\n{told}"}, *messages[1:]]
+    return [{"role": "system", "content": told}, *messages]
 
 
 def openai_error(status: int, message: str, code: str | None = None, param: str | None = None,
@@ -125,7 +184,12 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
             params = body.sampling(limit, limits.text_max_tokens)
         except ValueError as e:
             return counted(openai_error(400, str(e), "invalid_value", "stop"))
-        prompt = chat_prompt_ids(runtime.tokenizer, [m.as_chat() for m in body.messages])
+        try:
+            found, choice, params.grammar = body.structure()
+        except ValueError as e:
+            return counted(openai_error(400, str(e), "invalid_value", str(e).split(":")[0]))
+        messages = with_tool_instructions([m.as_chat() for m in body.messages], found, choice)
+        prompt = chat_prompt_ids(runtime.tokenizer, messages)
         if len(prompt) >= limit:
             return counted(openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at most "
                                         f"{limit}", "context_length_exceeded", "messages"))
@@ -138,7 +202,7 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
                                     "requests at once; try again shortly", "too_many_requests", kind="requests")
             response.headers["Retry-After"] = "1"
             return counted(response)
-        completion = Completion(new_id("chatcmpl"), model_id, len(prompt))
+        completion = Completion(new_id("chatcmpl"), model_id, len(prompt), calls=choice is not None)
         stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
         metrics.api_requests.labels("chat.completions", "200").inc()
         if body.stream:
@@ -207,25 +271,53 @@ def install_error_handlers(app: FastAPI) -> None:
 class Completion:
     """One answer as it streams: its text, finish reason and token counts, in either response shape."""
 
-    def __init__(self, id: str, model: str, prompt_tokens: int) -> None:
+    def __init__(self, id: str, model: str, prompt_tokens: int, calls: bool = False) -> None:
         self.id, self.model, self.prompt_tokens = id, model, prompt_tokens
         self.created = int(time.time())
         self.text, self.tokens, self.finish_reason = "", 0, None
         self.error: str | None = None  # why the engine failed the request, if it did
+        self.parser = tools.CallParser() if calls else None  # the reply may call a tool
+        self.calls_started = 0
 
-    def add(self, text: str, finish_reason: str | None, token: bool) -> None:
-        self.text += text
+    def add(self, text: str, finish_reason: str | None, token: bool) -> list[dict]:
+        """Take one output; the deltas it makes, as a stream sends them."""
         self.tokens += token
+        pieces = [("text", text)] if self.parser is None else self.parser.feed(text)
         if finish_reason is not None:
-            self.finish_reason = "stop" if finish_reason == "stop" else "length" if finish_reason == "length" \
-                else "error"
+            pieces += self.parser.flush() if self.parser is not None else []
+            calls = self.parser is not None and self.parser.calls
+            self.finish_reason = "tool_calls" if calls and finish_reason == "stop" else \
+                finish_reason if finish_reason in ("stop", "length") else "error"
             if finish_reason.startswith("error"):
                 self.error = finish_reason.removeprefix("error: ")
+        deltas = []
+        for kind, value in pieces:
+            if kind == "text" and value:
+                self.text += value
+                deltas.append({"content": value})
+            elif kind == "start":
+                deltas.append({"tool_calls": [{"index": self.calls_started, "id": value.call_id,
+                                               "type": "function", "function": {"name": value.name,
+                                                                                "arguments": ""}}]})
+                self.calls_started += 1
+            elif kind == "arguments":
+                deltas.append({"tool_calls": [{"index": self.calls_started - 1, "function": {"arguments": value}}]})
+        return deltas
 
     async def collect(self, stream: AsyncIterator) -> None:
         async with aclosing(stream) as outputs:
             async for out in outputs:
                 self.add(out.text, out.finish_reason, out.token_id is not None)
+
+    def message(self) -> dict:
+        """The whole answer: its text (None when it only called a tool) and its calls."""
+        calls = self.parser.calls if self.parser is not None else []
+        message: dict[str, Any] = {"role": "assistant", "content": self.text.strip() or None if calls else self.text,
+                                   "refusal": None}
+        if calls:
+            message["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                      "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        return message
 
     def usage(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
@@ -233,9 +325,8 @@ class Completion:
 
     def whole(self) -> dict:
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text,
-                                                         "refusal": None},
-                             "finish_reason": self.finish_reason, "logprobs": None}],
+                "choices": [{"index": 0, "message": self.message(), "finish_reason": self.finish_reason,
+                             "logprobs": None}],
                 "usage": self.usage()}
 
     def chunk(self, delta: dict | None, finish_reason: str | None = None, **extra: Any) -> str:
@@ -253,9 +344,8 @@ class Completion:
             yield self.chunk({"role": "assistant", "content": "", "refusal": None})
             async with aclosing(stream) as outputs:
                 async for out in outputs:
-                    self.add(out.text, out.finish_reason, out.token_id is not None)
-                    if out.text:
-                        yield self.chunk({"content": out.text})
+                    for delta in self.add(out.text, out.finish_reason, out.token_id is not None):
+                        yield self.chunk(delta)
             if self.error is not None:  # as OpenAI streams a failure: an error event, which its SDKs raise
                 error = {"message": self.error, "type": "server_error", "param": None, "code": "engine_error"}
                 yield f"data: {json.dumps({'error': error})}\n\n"
