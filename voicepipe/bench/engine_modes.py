@@ -10,6 +10,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
+from scheduler.grammar import Grammar
 from voicepipe.bench.workload import WorkItem
 
 log = logging.getLogger(__name__)
@@ -25,21 +26,27 @@ def summarize(tokens: int, makespan: float, ttfts: list[float], latencies: list[
             "latency_p99_s": percentile(latencies, 99), "tokens": tokens, "makespan_s": makespan}
 
 
-def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig) -> dict:
-    """Drive the engine step by step on this thread, adding each request at its arrival time."""
+def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig,
+               grammars: dict[int, Grammar] | None = None) -> dict:
+    """Drive the engine step by step on this thread, adding each request at its arrival time; the items
+    numbered in `grammars` are constrained to theirs (they end when it is complete)."""
+    grammars = grammars or {}
     engine = Engine(model, tokenizer, config)
-    pending = sorted(items, key=lambda w: w.arrival_s)
+    pending = sorted(enumerate(items), key=lambda w: w[1].arrival_s)
     seqs: list[Sequence] = []
+    numbers: list[int] = []  # each sequence's item
     start = time.monotonic()
     while pending or not engine.planner.idle:
         now = time.monotonic()
-        while pending and start + pending[0].arrival_s <= now:
-            item = pending.pop(0)
-            seq = Sequence(item.prompt_ids, SamplingParams(max_tokens=item.max_tokens, ignore_eos=True))
+        while pending and start + pending[0][1].arrival_s <= now:
+            n, item = pending.pop(0)
+            seq = Sequence(item.prompt_ids, SamplingParams(max_tokens=item.max_tokens, ignore_eos=True,
+                                                           grammar=grammars.get(n)))
             seq.arrival = start + item.arrival_s
             seqs.append(engine.add_request(seq))
+            numbers.append(n)
         if not engine.step() and pending:
-            time.sleep(max(0.0, start + pending[0].arrival_s - time.monotonic()))
+            time.sleep(max(0.0, start + pending[0][1].arrival_s - time.monotonic()))
     makespan = time.monotonic() - start
     engine.check_pool()
     # A static batch keeps computing tokens for members that are done (padding, never shown): not counted.
@@ -47,6 +54,11 @@ def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig) ->
                        [s.first_token_at - s.arrival for s in seqs], [s.last_token_at - s.arrival for s in seqs])
     result["steps"] = engine.metrics.steps_run
     result["preemptions"] = sum(s.preemptions for s in seqs)
+    if grammars:
+        result["outputs"] = {n: (s.text, s.finish_reason) for n, s in zip(numbers, seqs, strict=True)}
+        masks = {s.name: s.value for s in engine.metrics.mask_seconds.collect()[0].samples}
+        result["mask_ms_per_masked_step"] = 1e3 * masks["voicepipe_grammar_mask_seconds_sum"] / max(
+            1, masks["voicepipe_grammar_mask_seconds_count"])
     return result
 
 

@@ -1,5 +1,6 @@
 """The `voicepipe bench` command: `bench engine` (modes, roofline, knob sweep); `bench calls` (real calls);
-`bench mixed` (calls beside API traffic); `bench turns` (turn-taking)."""
+`bench mixed` (calls beside API traffic); `bench turns` (turn-taking); `bench grammar` (constrained
+decoding)."""
 
 import argparse
 import json
@@ -182,6 +183,25 @@ def run_turns_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_grammar_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--requests", type=int, default=1000, metavar="N",
+                        help="constrained requests whose outputs are validated (default 1000)")
+    parser.add_argument("--share", type=float, default=0.25, help="share of the workload constrained (default 0.25)")
+    parser.add_argument("--quick", action="store_true", help="a small workload for the cost")
+    add_json_argument(parser)
+
+
+def run_grammar_bench(args: argparse.Namespace) -> int:
+    from voicepipe.bench.grammar import bench_grammar, print_grammar
+
+    report = bench_grammar(args.requests, args.share, args.quick)
+    report["machine"] = machine()
+    print_grammar(report)
+    if args.json:
+        save(report, args.json)
+    return 0
+
+
 def run_mixed_bench(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -356,6 +376,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         (add_ipc_arguments, "ipc", "the channel to the engine process against a thread and the bare core"),
         (add_turns_arguments, "turns", "turn-taking on a generated set: end-of-turn decisions, and calls per "
                                        "turn detection mode"),
+        (add_grammar_arguments, "grammar", "constrained decoding: outputs validated against their schemas, and "
+                                           "its cost beside unconstrained requests"),
         (add_json_argument, "convoy", "the same model steps alone and beside a busy server, the engine on a "
                                       "thread and in its own process"),
     ]
@@ -368,5 +390,5 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
             "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
-            "turns": run_turns_bench}
+            "turns": run_turns_bench, "grammar": run_grammar_bench}
     return runs[args.bench](args)
