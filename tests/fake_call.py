@@ -84,13 +84,13 @@ async def settle(pipeline) -> None:
 
 
 @asynccontextmanager
-async def fake_server(limits: Limits, reply: str = "one two three four five six",
-                      heard: str = "") -> AsyncIterator[tuple]:
-    """A real voice server on a loopback port over the fake engine, whose ASR hears `heard` in any speech:
-    (server, engine)."""
+async def fake_server(limits: Limits, reply: str = "one two three four five six", heard: str = "",
+                      replies: dict[str, str] | None = None) -> AsyncIterator[tuple]:
+    """A real voice server on a loopback port over the fake engine, whose ASR hears `heard` in any speech
+    and which answers `reply` (or, to a question in `replies`, its answer): (server, engine)."""
     from voicepipe.server import VoiceServer
 
-    engine = FakeEngine(FakeTokenizer(), default_reply=reply, asr=FakeASR(heard), tts=FakeTTS())
+    engine = FakeEngine(FakeTokenizer(), replies, default_reply=reply, asr=FakeASR(heard), tts=FakeTTS())
     runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
     server = VoiceServer(runtime, limits)
     await server.start("127.0.0.1", 0)

@@ -40,6 +40,10 @@ class FakeTokenizer:
             ids += [self.strings.index(text), self.eos_token_id]
         return ids
 
+    def last_message(self, ids: list[int]) -> str:
+        said = [self.strings[i] for i in ids if i != self.eos_token_id]
+        return said[-1] if said else ""
+
     def last_user_message(self, ids: list[int]) -> str:
         users = [self.strings[i] for i in ids if self.strings[i].startswith("user: ")]
         return users[-1].removeprefix("user: ") if users else ""
@@ -69,7 +73,8 @@ def end_probability(text: str) -> float:
 class FakeEngine:
     """Jobs run at once; a request streams its scripted reply a word per token, each after `gate` opens
     (set by default: replies stream as fast as the event loop runs) if its question is `gated`. A request
-    with a probe token gets the fake `end_probability` of its prompt's last user message."""
+    with a probe token gets the fake `end_probability` of its prompt's last user message; a prompt ending in
+    a tool's output is answered by reading it out."""
 
     def __init__(self, tokenizer: FakeTokenizer, replies: dict[str, str] | None = None,
                  default_reply: str = "Yes.", asr: "FakeASR | None" = None, tts: "FakeTTS | None" = None) -> None:
@@ -95,7 +100,10 @@ class FakeEngine:
         request = Request(prompt_ids, params, cls, session, request_id, [deadline])
         self.requests.append(request)
         question = self.tokenizer.last_user_message(prompt_ids)
-        words = self.replies.get(question, self.default_reply).split()[:params.max_tokens]
+        last = self.tokenizer.last_message(prompt_ids)
+        reply = f"The answer is {last.removeprefix('tool: ')}." if last.startswith("tool: ") \
+            else self.replies.get(question, self.default_reply)
+        words = reply.split()[:params.max_tokens]
         try:
             for n, word in enumerate(words):
                 if self.gated(question):

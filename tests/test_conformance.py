@@ -21,10 +21,14 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import BaseModel, ValidationError
 from websockets.asyncio.client import connect
 
+from voicepipe import tools
 from voicepipe.limits import Limits
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 QUESTION = "What is the capital of France?"
+CALL = tools.call_text("multiply", '{"a": 37, "b": 43}')
+MULTIPLY = {"type": "function", "name": "multiply", "parameters": {"type": "object", "properties": {
+    "a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}
 # This server's own additions, documented in DESIGN.md (Protocol): the session's scheduler knobs and limits,
 # a reply's timings and deadline verdict; `id` and `object` on a session, as the Realtime API itself sends.
 EXTENSIONS = {"session.id", "session.object", "session.scheduler", "session.limits",
@@ -35,7 +39,7 @@ SEEN_AT_LEAST = {"session.created", "session.updated", "input_audio_buffer.speec
                  "response.output_item.added", "response.content_part.added", "response.content_part.done",
                  "response.output_item.done", "response.done", "conversation.item.retrieved",
                  "conversation.item.deleted", "conversation.item.truncated", "input_audio_buffer.cleared",
-                 "error"}
+                 "response.function_call_arguments.delta", "response.function_call_arguments.done", "error"}
 
 
 def by_type(union: typing.Any) -> dict[str, type[BaseModel]]:
@@ -86,7 +90,7 @@ def speech_24k() -> np.ndarray:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def served():
-    async with fake_server(Limits(), heard=QUESTION) as served:
+    async with fake_server(Limits(), heard=QUESTION, replies={"Multiply 37 by 43.": CALL}) as served:
         yield served
 
 
@@ -108,8 +112,8 @@ class Recorder:
 
 
 async def scenario(call: Recorder, engine, beta: bool) -> None:
-    """A spoken turn, a text one answered in text, an out-of-band reply, a cancelled reply, and the
-    conversation read, truncated and edited; then two errors."""
+    """A spoken turn, a text one answered in text, an out-of-band reply, a cancelled reply, the
+    conversation read, truncated and edited, a function call and its output answered; then two errors."""
     added = "conversation.item.created" if beta else "conversation.item.added"
     await call.until("session.created")
     vad = {"type": "server_vad", "silence_duration_ms": 500}
@@ -150,6 +154,20 @@ async def scenario(call: Recorder, engine, beta: bool) -> None:
     await call.until("conversation.item.deleted")
     await call.send({"type": "input_audio_buffer.clear"})
     await call.until("input_audio_buffer.cleared")
+    await call.send({"type": "session.update", "session": {"tools": [MULTIPLY]} if beta else {
+        "type": "realtime", "tools": [MULTIPLY], "tool_choice": "auto"}})
+    await call.until("session.updated")
+    await call.send({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Multiply 37 by 43."}]}})
+    await call.until(added)
+    await call.send({"type": "response.create"})
+    done = await call.until("response.done")
+    call_id = next(item["call_id"] for item in done["response"]["output"] if item["type"] == "function_call")
+    await call.send({"type": "conversation.item.create", "item": {"type": "function_call_output",
+                                                                  "call_id": call_id, "output": "1591"}})
+    await call.until(added)
+    await call.send({"type": "response.create"})
+    await call.until("response.done")
     await call.send({"type": "no.such.event", "event_id": "evt_1"})
     await call.until("error")
     await call.send({"type": "input_audio_buffer.append", "audio": "%%%"})

@@ -44,6 +44,8 @@ class ServerEvent:
     RESPONSE_AUDIO_DELTA = "response.audio.delta"
     RESPONSE_AUDIO_DONE = "response.audio.done"
     RESPONSE_DONE = "response.done"
+    CALL_ARGUMENTS_DELTA = "response.function_call_arguments.delta"
+    CALL_ARGUMENTS_DONE = "response.function_call_arguments.done"
     PLAYBACK_CLEARED = "output_audio_buffer.cleared"
     SCHEDULER_STATS = "scheduler.stats"
     ERROR = "error"
@@ -97,10 +99,39 @@ def message_item(item_id: str, role: str, text: str, spoken: bool = False) -> di
     return {"id": item_id, "type": "message", "role": role, "status": "completed", "content": [part]}
 
 
-def text_item(item_id: str, role: str, text: str) -> list[dict]:
-    """A text message the client added: announced, and done at once."""
-    item = message_item(item_id, role, text)
+def text_item(item_id: str, role: str, text: str, item: dict | None = None) -> list[dict]:
+    """An item the client added (a text message, or `item` as given: a function call or its output):
+    announced, and done at once."""
+    item = item or message_item(item_id, role, text)
     return [{"type": ServerEvent.ITEM_ADDED, "item": item}, {"type": ServerEvent.ITEM_DONE, "item": item}]
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict:
+    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+            "arguments": arguments}
+
+
+def function_call_output_item(item_id: str, call_id: str, output: str) -> dict:
+    return {"id": item_id, "type": "function_call_output", "call_id": call_id, "output": output}
+
+
+def call_started(response_id: str, item_id: str, call_id: str, name: str) -> dict:
+    """A reply's function call begins: its item joins the conversation (`response_id` says whose)."""
+    return {"type": ServerEvent.ITEM_ADDED, "response_id": response_id,
+            "item": function_call_item(item_id, call_id, name, "", "in_progress")}
+
+
+def call_arguments(response_id: str, item_id: str, call_id: str, delta: str) -> dict:
+    return {"type": ServerEvent.CALL_ARGUMENTS_DELTA, "response_id": response_id, "item_id": item_id,
+            "call_id": call_id, "delta": delta}
+
+
+def call_done(response_id: str, item_id: str, call_id: str, name: str, arguments: str) -> list[dict]:
+    """A reply's function call is complete: the client runs it, then sends a function_call_output item."""
+    return [{"type": ServerEvent.CALL_ARGUMENTS_DONE, "response_id": response_id, "item_id": item_id,
+             "call_id": call_id, "name": name, "arguments": arguments},
+            {"type": ServerEvent.ITEM_DONE, "response_id": response_id,
+             "item": function_call_item(item_id, call_id, name, arguments)}]
 
 
 def item_deleted(item_id: str) -> dict:
@@ -146,12 +177,12 @@ def playback_cleared(response_id: str) -> dict:
 
 
 def response_done(response_id: str, status: str, item_id: str, text: str, usage: tuple[int, int],
-                  **details: Any) -> dict:
-    """The end of a reply: its item's final text, token usage (prompt, output), and voicepipe's own
-    details (timings, deadline_met, underruns, status_details)."""
+                  calls: tuple[dict, ...] = (), **details: Any) -> dict:
+    """The end of a reply: its item's final text, then its function calls' items, token usage (prompt,
+    output), and voicepipe's own details (timings, deadline_met, underruns, status_details)."""
     prompt, output = usage
     response = {"id": response_id, "status": status,
-                "output": [{"id": item_id, "type": "message", "role": "assistant", "text": text}],
+                "output": [{"id": item_id, "type": "message", "role": "assistant", "text": text}, *calls],
                 "usage": {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output},
                 **details}
     return {"type": ServerEvent.RESPONSE_DONE, "response": response}

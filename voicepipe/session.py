@@ -13,7 +13,7 @@ import numpy as np
 
 from scheduler import KNOBS
 from scheduler.client import EngineUnavailable
-from voicepipe import protocol
+from voicepipe import protocol, tools
 from voicepipe.audio import to_float32
 from voicepipe.ids import new_id
 from voicepipe.limits import Limits
@@ -198,14 +198,17 @@ class Session:
         await self._audio(pcm)
 
     async def _create_item(self, item: Any) -> None:
-        """A text message joins the conversation (a reply to it needs a response.create)."""
+        """A text message, a function call or a call's output joins the conversation (a reply to it needs a
+        response.create)."""
+        item_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) \
+            and len(item["id"]) <= 64 else new_id("item")
         try:
-            role, text = _message_text(item)
+            if isinstance(item, dict) and item.get("type") in ("function_call", "function_call_output"):
+                self.pipeline.push(_call_item(item_id, item))
+            else:
+                self.pipeline.push(ItemCreated(item_id, *_message_text(item)))
         except ValueError as e:
             await self.error("invalid_item", f"conversation.item.create: {e}")
-            return
-        item_id = item.get("id") if isinstance(item.get("id"), str) and len(item["id"]) <= 64 else new_id("item")
-        self.pipeline.push(ItemCreated(item_id, role, text))
 
     async def _create_response(self, response: Any) -> None:
         """A reply to the conversation as it stands, as `response` asks: `metadata` (at most 16 string
@@ -239,7 +242,8 @@ class Session:
         """Check every field first, then apply them all; a bad one changes nothing."""
         if not isinstance(update, dict):
             raise InvalidUpdate("'session' must be an object")
-        unknown = set(update) - {"instructions", "scheduler", "turn_detection", "output_modalities"}
+        unknown = set(update) - {"instructions", "scheduler", "turn_detection", "output_modalities", "tools",
+                                 "tool_choice"}
         if unknown:
             raise InvalidUpdate(f"unknown session fields: {', '.join(sorted(unknown))}")
         instructions = update.get("instructions", self.config.instructions)
@@ -252,6 +256,13 @@ class Session:
         try:
             detection = check_update(update["turn_detection"], self.config.turn_detection) \
                 if "turn_detection" in update else {}
+        except ValueError as e:
+            raise InvalidUpdate(str(e)) from None
+        try:
+            found = tools.parse_tools(update["tools"], nested=False) if "tools" in update \
+                else list(self.config.tools)
+            choice = update.get("tool_choice", self.config.tool_choice)
+            tools.choose(found, choice)
         except ValueError as e:
             raise InvalidUpdate(str(e)) from None
         knobs = update.get("scheduler", {})
@@ -269,6 +280,9 @@ class Session:
             setattr(self.config.turn_detection, name, value)
         self.config.spoken = spoken
         self.config.instructions = self.conversation.instructions = instructions
+        self.config.tools, self.config.tool_choice = tuple(found), choice
+        chosen = tools.choose(found, choice)
+        self.conversation.tool_instructions = tools.instructions(found, chosen) if chosen else ""
         return knobs
 
     def describe(self, knobs: dict[str, int] | None = None) -> dict:
@@ -285,6 +299,9 @@ class Session:
             "input_audio_format": {"type": "pcm16", "sample_rate": SAMPLE_RATE},
             "output_audio_format": {"type": "pcm16", "sample_rate": self.runtime.tts_rate},
             "turn_detection": self.config.turn_detection.describe(),
+            "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
+                      for t in self.config.tools],
+            "tool_choice": self.config.tool_choice,
             "time_to_first_audio_deadline_s": self.config.ttfa_s,
             "scheduler": scheduler,
             "limits": {**asdict(self.limits), "scheduler": {k: list(v) for k, v in KNOBS.items()}},
@@ -320,6 +337,24 @@ def _message_text(item: Any) -> tuple[str, str]:
             raise ValueError(f"a part's 'text' must be a string of at most {MAX_INSTRUCTIONS} characters")
         texts.append(text)
     return role, "".join(texts)
+
+
+def _call_item(item_id: str, item: dict) -> ItemCreated:
+    """A function call (history the client replays) or its output (what the client's function returned),
+    as the model reads it; ValueError says what is wrong with it."""
+    call_id = item.get("call_id")
+    if not (isinstance(call_id, str) and 0 < len(call_id) <= 64):
+        raise ValueError("a function call item needs a 'call_id' string")
+    if item["type"] == "function_call_output":
+        output = item.get("output")
+        if not _is_text(output):
+            raise ValueError(f"'output' must be a string of at most {MAX_INSTRUCTIONS} characters")
+        return ItemCreated(item_id, "tool", output, protocol.function_call_output_item(item_id, call_id, output))
+    name, arguments = item.get("name"), item.get("arguments", "{}")
+    if not (isinstance(name, str) and name and _is_text(arguments)):
+        raise ValueError("a function_call item needs a 'name' and its 'arguments' as a JSON string")
+    return ItemCreated(item_id, "assistant", tools.call_text(name, arguments),
+                       protocol.function_call_item(item_id, call_id, name, arguments))
 
 
 def _response_request(response: Any, event_id: str | None, spoken: bool) -> ResponseRequested:

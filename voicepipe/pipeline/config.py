@@ -1,8 +1,10 @@
 """What one call may tune: the assistant's instructions, its answers and its deadlines."""
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
+from voicepipe.tools import Tool
 from voicepipe.turn_detection import TurnDetection
 
 
@@ -11,6 +13,9 @@ class CallConfig:
     instructions: str = DEFAULT_INSTRUCTIONS
     spoken: bool = True  # False: replies in text only (the session's output_modalities ["text"])
     turn_detection: TurnDetection = field(default_factory=TurnDetection)
+    # Functions the assistant may call (the client runs them), and `tool_choice` as the client gave it.
+    tools: tuple[Tool, ...] = ()
+    tool_choice: Any = "auto"
     # Time to first audio, measured from the end of speech: the deadline each turn is scheduled against.
     ttfa_s: float = 1.5
     max_tokens: int = 96

@@ -15,6 +15,7 @@ class Conversation:
 
     def __init__(self, instructions: str) -> None:
         self.instructions = instructions
+        self.tool_instructions = ""  # what the model may call, and how: after the instructions, every prompt
         self.items: list[dict[str, Any]] = []  # {"id", "role", "content", "spoken"}, oldest first
 
     def add(self, role: str, content: str, item_id: str | None = None, spoken: bool = False) -> str:
@@ -51,7 +52,8 @@ class Conversation:
                  ) -> list[dict[str, str]]:
         said = [{"role": i["role"], "content": i["content"]} for i in [*self.items, *pending] if i["content"]]
         instructions = self.instructions if instructions is None else instructions
-        return [{"role": "system", "content": instructions}, *said] if instructions else said
+        system = "\n\n".join(text for text in (instructions, self.tool_instructions) if text)
+        return [{"role": "system", "content": system}, *said] if system else said
 
     def prompt_ids(self, tokenizer: Any, max_tokens: int, pending: tuple[dict[str, str], ...] = (),
                    instructions: str | None = None) -> list[int]:

@@ -17,6 +17,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from voicepipe.pipeline.turn import Turn
+    from voicepipe.tools import Call
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,11 +181,13 @@ class InputCleared(Event):
 
 @dataclass(frozen=True, slots=True)
 class ItemCreated(Event):
-    """A message the client added to the conversation as text (`conversation.item.create`)."""
+    """An item the client added to the conversation (`conversation.item.create`): a text message, or a
+    function call and its output (`item`: how the client reads it back; None for a message)."""
 
     item_id: str
     role: str
-    text: str
+    text: str  # as the model reads it
+    item: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +261,34 @@ class TextDelta(Event):
 
     turn: Turn
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallStarted(Event):
+    """The LLM began a function call (its arguments follow); `item_id` is the call's conversation item."""
+
+    turn: Turn
+    item_id: str
+    call: Call
+
+
+@dataclass(frozen=True, slots=True)
+class CallArguments(Event):
+    """More of a function call's arguments (JSON text, as the model writes it)."""
+
+    turn: Turn
+    item_id: str
+    call_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallDone(Event):
+    """A function call is complete: it is not spoken; the client runs it and sends its output."""
+
+    turn: Turn
+    item_id: str
+    call: Call
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from scheduler import RequestClass, SamplingParams
 from scheduler.client import EngineClient
+from voicepipe import tools
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.ids import new_id
 from voicepipe.pipeline.config import CallConfig
@@ -15,6 +16,9 @@ from voicepipe.pipeline.end_of_turn import end_probability, is_backchannel, unpu
 from voicepipe.pipeline.events import (
     BargeIn,
     BargeInResolved,
+    CallArguments,
+    CallDone,
+    CallStarted,
     CancelRequested,
     EndOfTurn,
     Error,
@@ -68,12 +72,15 @@ class LLMStage(Stage):
         self._primed = False
         self._speculated = ""  # the user's words a speculative turn answers
         self._barge_item: str | None = None  # an utterance said over the reply, its words not yet known
+        # The end of the caller's speech that a reply ending in a function call answered: the reply after
+        # the call's output is timed from it, as the same turn.
+        self._called_for: float | None = None
 
     async def process(self, event: Event) -> None:
         self.emit(event)
         detection = self.config.turn_detection
         if isinstance(event, SpeechStarted):
-            self._user_speaking = True
+            self._user_speaking, self._called_for = True, None
             self._drop_speculation()
             if not self._primed:
                 self._primed = True
@@ -106,7 +113,8 @@ class LLMStage(Stage):
                                 "cancel it (response.cancel) or wait for its response.done", event_id=event.event_id))
             else:
                 self._drop_speculation()
-                self._reply(None, time.monotonic(), None, event)
+                speech_end, self._called_for = self._called_for or time.monotonic(), None
+                self._reply(None, speech_end, None, event)
         elif isinstance(event, TranscriptFinal):
             if self._barging(event.item_id, event.text, final=True) or not event.text.strip():
                 return
@@ -165,7 +173,7 @@ class LLMStage(Stage):
     async def _prime(self) -> None:
         """Prefill the instructions while the caller speaks their first words: they stay in the KV cache
         as the call's prefix, so the first turn computes only the caller's message."""
-        if not self.conversation.instructions:
+        if not (self.conversation.instructions or self.conversation.tool_instructions):
             return
         prompt = chat_prompt_ids(self.tokenizer, self.conversation.messages()[:1])
         stream = self.engine.generate(prompt, SamplingParams(max_tokens=1), cls=RequestClass.INTERACTIVE,
@@ -225,9 +233,31 @@ class LLMStage(Stage):
         turn.mark("final_transcript", final.speech_end + final.ready_s)
         self.conversation.add("user", self._speculated, final.item_id, spoken=True)
         self.conversation.add("assistant", turn.text, turn.output_item_id, spoken=turn.spoken)
+        for item_id, call in turn.calls:
+            if call.arguments:  # complete (one still being written joins when it is)
+                self.conversation.add("assistant", tools.call_text(call.name, call.arguments), item_id)
         self.engine.promote(turn.request_id, RequestClass.REALTIME, self.pacing.llm_deadline(turn, time.monotonic()),
                             self.call_id)
         self.emit(TurnConfirmed(turn))
+
+    def _said(self, turn: Turn, pieces: list[tuple[str, Any]]) -> None:
+        """The reply's text goes on to be spoken; a function call becomes an item of its own, never spoken."""
+        for kind, value in pieces:
+            if kind == "text" and value:
+                turn.text += value
+                self.emit(TextDelta(turn, value))
+            elif kind == "start":
+                turn.calls.append((new_id("item"), value))
+                self.emit(CallStarted(turn, turn.calls[-1][0], value))
+            elif kind == "arguments":
+                self.emit(CallArguments(turn, turn.calls[-1][0], turn.calls[-1][1].call_id, value))
+            elif kind == "end":
+                item_id = turn.calls[-1][0]
+                turn.calls[-1] = (item_id, value)
+                if not turn.speculative:  # a speculative turn's calls join the conversation if it is confirmed
+                    self.conversation.add("assistant", tools.call_text(value.name, value.arguments), item_id)
+                self._called_for = turn.speech_end
+                self.emit(CallDone(turn, item_id, value))
 
     def _new_turn(self, item_id: str | None, speech_end: float) -> Turn:
         response_id = new_id("resp")
@@ -246,7 +276,10 @@ class LLMStage(Stage):
 
     async def _respond(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
                        max_tokens: int) -> None:
-        params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature)
+        choice = tools.choose(list(self.config.tools), self.config.tool_choice)
+        params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature,
+                                grammar=tools.grammar(list(self.config.tools), choice) if choice else None)
+        parser = tools.CallParser() if choice else None
         deadline = self.pacing.llm_deadline(turn, time.monotonic())
         stream = self.engine.generate(prompt, params, cls=cls, deadline=deadline, session=session,
                                       request_id=turn.request_id)
@@ -255,9 +288,9 @@ class LLMStage(Stage):
                 if out.token_id is not None:
                     turn.mark("first_token")
                     turn.output_tokens += 1
-                if out.text:
-                    turn.text += out.text
-                    self.emit(TextDelta(turn, out.text))
+                if out.text or out.finished:
+                    pieces = [("text", out.text)] if parser is None else parser.feed(out.text)
+                    self._said(turn, pieces + (parser.flush() if parser is not None and out.finished else []))
                 if out.finished and (out.finish_reason or "").startswith("error"):
                     self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
         turn.llm_done = True

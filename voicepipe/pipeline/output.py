@@ -12,6 +12,9 @@ from voicepipe.pipeline.events import (
     AudioOut,
     BargeIn,
     BargeInResolved,
+    CallArguments,
+    CallDone,
+    CallStarted,
     CancelRequested,
     Error,
     Event,
@@ -104,7 +107,17 @@ class ClientOutput(Stage):
         elif isinstance(event, InputCleared):
             await self.send(protocol.audio_cleared())
         elif isinstance(event, ItemCreated):
-            await self.send(*protocol.text_item(event.item_id, event.role, event.text))
+            await self.send(*protocol.text_item(event.item_id, event.role, event.text, event.item))
+        elif isinstance(event, CallStarted):
+            await self.send(protocol.call_started(event.turn.response_id, event.item_id, event.call.call_id,
+                                                  event.call.name))
+        elif isinstance(event, CallArguments):
+            await self.send(protocol.call_arguments(event.turn.response_id, event.item_id, event.call_id,
+                                                    event.delta))
+        elif isinstance(event, CallDone):
+            call = event.call
+            await self.send(*protocol.call_done(event.turn.response_id, event.item_id, call.call_id, call.name,
+                                                call.arguments))
         elif isinstance(event, TruncateRequested):
             await self._truncate(event, now)
         elif isinstance(event, ItemFound):
@@ -235,7 +248,7 @@ class ClientOutput(Stage):
         met: bool | None = None
         if first_audio is not None:
             met = turn.speech_end + first_audio <= turn.deadline
-        elif time.monotonic() > turn.deadline:
+        elif time.monotonic() > turn.deadline and not turn.calls:  # a call's answer is the next reply's
             met = False
         outcome = {True: "met", False: "missed"}.get(met, "cancelled" if status == "cancelled" else "no_audio")
         self.metrics.turn_ended(outcome, first_audio, turn.timings)
@@ -244,6 +257,7 @@ class ClientOutput(Stage):
         details = {"timings": timings, "deadline_met": met, "underruns": turn.underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
+        calls = tuple(protocol.function_call_item(item_id, c.call_id, c.name, c.arguments) for item_id, c in turn.calls)
         await self.send(protocol.response_done(turn.response_id, status, turn.output_item_id,
                                                said["content"] if said is not None else turn.text,
-                                               (turn.prompt_tokens, turn.output_tokens), **details))
+                                               (turn.prompt_tokens, turn.output_tokens), calls, **details))

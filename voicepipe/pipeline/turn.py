@@ -33,6 +33,7 @@ class Turn:
     llm_done: bool = False
     speculative: bool = False  # started at a pause, before the end of the utterance was confirmed
     spoken: bool = True  # False: a text-only reply
+    calls: list = field(default_factory=list)  # the function calls it made: (item id, tools.Call)
     cancelled: bool = False
     finished: bool = False  # response.done was sent
 

@@ -130,6 +130,9 @@ class RealtimeDialect:
                     {"type": "conversation.item.added", "previous_item_id": previous, "item": item}]
         if kind == ServerEvent.ITEM_DELETED and event["item_id"] in self._items:
             self._items.remove(event["item_id"])
+        if "response_id" in event and kind in (ServerEvent.ITEM_ADDED, ServerEvent.ITEM_DONE,
+                                               ServerEvent.CALL_ARGUMENTS_DELTA, ServerEvent.CALL_ARGUMENTS_DONE):
+            return self._call(event)
         if kind == ServerEvent.ITEM_ADDED:
             return [{**event, "previous_item_id": self._follows(event["item"]["id"])}]
         if kind == ServerEvent.ITEM_DONE and self.beta:
@@ -167,7 +170,7 @@ class RealtimeDialect:
         spoken = response.get("output_modalities", ["audio"]) != ["text"]
         in_conversation = response.get("conversation", "auto") != "none"
         self._responses[response["id"]] = {"where": where, "transcript": "", "audio_done": not spoken,
-                                           "spoken": spoken, "in_conversation": in_conversation}
+                                           "spoken": spoken, "in_conversation": in_conversation, "calls": []}
         self._speaker = None  # a fresh resampler: no tail of the last reply
         item = _assistant_item(item_id, "in_progress", None, self._item_part(spoken))
         created = {**self._response(response["id"], "in_progress", [], spoken=spoken),
@@ -178,6 +181,29 @@ class RealtimeDialect:
                  "item": item},
                 *(added if in_conversation else []),
                 {"type": "response.content_part.added", **where, "part": self._part(spoken, "")}]
+
+    def _call(self, event: dict) -> list[dict]:
+        """A reply's function call: its output item (after the reply's message, at output index 1 on), its
+        arguments as they stream, and the item done."""
+        response = self._responses.get(event["response_id"])
+        if response is None:
+            return []
+        kind, calls = event["type"], response["calls"]
+        if kind == ServerEvent.ITEM_ADDED:
+            calls.append(event["item"]["id"])
+        item_id = event["item"]["id"] if "item" in event else event["item_id"]
+        where = {"response_id": event["response_id"], "output_index": 1 + calls.index(item_id)}
+        if kind in (ServerEvent.CALL_ARGUMENTS_DELTA, ServerEvent.CALL_ARGUMENTS_DONE):
+            shown = {k: v for k, v in event.items() if not (self.beta and k == "name")}  # the beta's has none
+            return [{**shown, **where}]
+        item = {**event["item"], "object": "realtime.item"}
+        if kind == ServerEvent.ITEM_ADDED:
+            added = {"type": "conversation.item.added", "previous_item_id": self._follows(item_id), "item": item}
+            return [{"type": "response.output_item.added", **where, "item": item},
+                    *([added] if response["in_conversation"] else [])]
+        done = [] if self.beta or not response["in_conversation"] else [{"type": "conversation.item.done",
+                                                                          "item": item}]
+        return [{"type": "response.output_item.done", **where, "item": item}, *done]
 
     def _item_part(self, spoken: bool) -> str:
         """The type of a reply's content in its item, as each dialect names it (GA `output_audio`, beta
@@ -238,7 +264,8 @@ class RealtimeDialect:
         transcript = native["output"][0]["text"] if native.get("output") else said
         status = "completed" if native["status"] == "completed" else "incomplete"
         item = _assistant_item(where["item_id"], status, transcript, self._item_part(spoken))
-        body = self._response(native["id"], native["status"], [item], native.get("usage"), spoken)
+        calls = [{**call, "object": "realtime.item"} for call in native.get("output", [])[1:]]
+        body = self._response(native["id"], native["status"], [item, *calls], native.get("usage"), spoken)
         body.update({k: native[k] for k in ("status_details", "timings", "deadline_met", "underruns") if k in native})
         text_done = ({"type": "response.output_audio_transcript.done", **where, "transcript": said} if spoken
                      else {"type": "response.output_text.done", **where, "text": said})
@@ -254,6 +281,8 @@ class RealtimeDialect:
 def _beta_item(item: dict) -> dict:
     """A native item's content in the beta's part names (`text` and `audio` for the assistant's)."""
     names = {"output_text": "text", "output_audio": "audio"}
+    if "content" not in item:  # a function call or its output
+        return item
     return {**item, "content": [{**part, "type": names.get(part["type"], part["type"])} for part in item["content"]]}
 
 

@@ -12,7 +12,7 @@ VAD_FIELDS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "
 SEMANTIC_FIELDS = ("type", "eagerness", "create_response", "interrupt_response")  # what its type reads back
 # Standard fields this server accepts and ignores (with a warning in its log), rather than failing a client
 # that sets them out of habit.
-IGNORED = ("model", "voice", "tools", "tool_choice", "max_output_tokens",
+IGNORED = ("model", "voice", "max_output_tokens",
            "max_response_output_tokens", "temperature", "tracing", "include", "prompt", "truncation",
            "input_audio_transcription", "input_audio_noise_reduction", "speed", "client_secret",
            "expires_at", "object", "id")
@@ -30,7 +30,7 @@ def native_update(session: Any) -> dict:
         raise UnsupportedSession(f"session type {session.get('type')!r} is not supported; use 'realtime'")
     native: dict[str, Any] = {}
     ignored = [name for name in session if name in IGNORED]
-    for name in ("instructions", "scheduler"):
+    for name in ("instructions", "scheduler", "tools", "tool_choice"):
         if name in session:
             native[name] = session[name]
     modalities = session.get("output_modalities", session.get("modalities"))
@@ -50,7 +50,8 @@ def native_update(session: Any) -> dict:
                                     if isinstance(detection, dict) else detection)
         if isinstance(detection, dict):
             ignored += [f"turn_detection.{k}" for k in detection if k not in VAD_FIELDS]
-    unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio",
+    unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio", "tools",
+                                               "tool_choice",
                                                "output_modalities", "modalities",
                                                "input_audio_format", "output_audio_format", "turn_detection")]
     if ignored or unknown:
@@ -78,7 +79,8 @@ def ga_session(native: dict, model: str, beta: bool) -> dict:
     if vad is not None and vad["type"] == "semantic_vad":
         vad = {k: v for k, v in vad.items() if k in SEMANTIC_FIELDS}
     common = {"id": native["id"], "object": "realtime.session", "model": model,
-              "instructions": native["instructions"], "scheduler": native["scheduler"], "limits": native["limits"]}
+              "instructions": native["instructions"], "tools": native["tools"], "tool_choice": native["tool_choice"],
+              "scheduler": native["scheduler"], "limits": native["limits"]}
     if beta:
         spoken = native["output_modalities"] == ["audio"]
         return {**common, "modalities": ["audio", "text"] if spoken else ["text"], "voice": "piper",
@@ -88,5 +90,5 @@ def ga_session(native: dict, model: str, beta: bool) -> dict:
             "audio": {"input": {"format": pcm, "turn_detection": vad, "transcription": {"model": "whisper"},
                                 "noise_reduction": None},
                       "output": {"format": pcm, "voice": "piper", "speed": 1.0}},
-            "tools": [], "tool_choice": "auto", "max_output_tokens": "inf", "tracing": None,
+            "max_output_tokens": "inf", "tracing": None,
             "truncation": "auto"}
