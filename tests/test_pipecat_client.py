@@ -85,3 +85,44 @@ async def test_pipecat_realtime_service_answers_a_context_and_a_spoken_turn():
         finally:
             await task.queue_frame(F.EndFrame())
             await asyncio.wait_for(runner, 20)
+
+
+@pytest.mark.asyncio
+async def test_pipecat_runs_a_function_the_server_calls_and_speaks_the_answer():
+    from pipecat.adapters.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.schemas.tools_schema import ToolsSchema
+    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+
+    from voicepipe import tools
+
+    asked = "What is 37 times 43?"
+    replies = {asked: tools.call_text("multiply", '{"a": 37, "b": 43}')}
+    async with fake_server(Limits(), replies=replies) as (server, engine):
+        llm = OpenAIRealtimeLLMService(api_key="unused", base_url=f"ws://127.0.0.1:{server.port}/v1/realtime",
+                                       settings=OpenAIRealtimeLLMService.Settings(model="voicepipe"))
+        ran = []
+
+        async def multiply(params) -> None:
+            ran.append(params.arguments)
+            await params.result_callback(params.arguments["a"] * params.arguments["b"])
+
+        llm.register_function("multiply", multiply)
+        schema = FunctionSchema(name="multiply", description="The product of a and b.",
+                                properties={"a": {"type": "integer"}, "b": {"type": "integer"}}, required=["a", "b"])
+        context = LLMContext([{"role": "user", "content": asked}], tools=ToolsSchema(standard_tools=[schema]))
+        aggregators = LLMContextAggregatorPair(context)
+        listener = Listener()
+        task = PipelineTask(Pipeline([aggregators.user(), llm, listener, aggregators.assistant()]),
+                            params=PipelineParams(audio_in_sample_rate=24000, audio_out_sample_rate=24000))
+        runner = asyncio.create_task(PipelineRunner(handle_sigint=False).run(task))
+        try:
+            await task.queue_frame(F.LLMRunFrame())
+            answer = ""
+            while "1591" not in answer:
+                answer = await asyncio.wait_for(listener.ends.get(), 20)
+            assert ran == [{"a": 37, "b": 43}] and answer == "The answer is 1591."
+            assert listener.errors == [] and listener.audio_bytes > 0  # the answer, spoken
+            assert engine.requests[0].params.grammar is not None  # the call was constrained
+        finally:
+            await task.queue_frame(F.EndFrame())
+            await asyncio.wait_for(runner, 20)

@@ -12,6 +12,7 @@ Screenshots go to test-artifacts/ (gitignored), for people to look at.
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -351,5 +352,33 @@ def test_the_turn_taking_mode_is_chosen_on_the_page(server, browser):
         page.wait_for_function("window.voicepipe.session.turn_detection?.type === 'server_vad'", timeout=10_000)
         assert page.evaluate("window.voicepipe.session.turn_detection.silence_duration_ms") == 500
         assert not page.is_visible("#reply") and not problems, problems
+    finally:
+        page.close()
+
+
+def test_the_calculator_tool_is_called_run_in_the_page_and_its_result_spoken(server, browser):
+    page, problems = open_page(browser, server.url + "/")
+    try:
+        page.check("#calculator")
+        page.wait_for_function("window.voicepipe.session.tool_choice === 'required' && "
+                               "window.voicepipe.session.tools[0]?.name === 'calculator'", timeout=10_000)
+        page.evaluate("""() => {
+            window.voicepipe.send({type: "conversation.item.create", item: {type: "message", role: "user",
+                content: [{type: "input_text", text: "What is 37 times 43?"}]}});
+            window.voicepipe.send({type: "response.create"});
+        }""")
+        page.wait_for_function("window.voicepipe.calls.length === 1 && window.voicepipe.answers.length === 2",
+                               timeout=TURN_TIMEOUT_MS)
+        state = hook(page)
+        (call,) = state["calls"]
+        number = r"-?[0-9]{1,9}([.][0-9]{1,6})?"
+        assert re.fullmatch(rf"{number}( ?[-+*/] ?{number}){{1,4}}", call["expression"]), call
+        assert float(call["output"]) == pytest.approx(eval(call["expression"]))  # the pattern allows no names
+        assert state["answers"][1].strip() and state["audioScheduledSeconds"] > 0  # the answer is spoken
+        assert "calculator(" in page.inner_text(".msg.assistant .tool-call")
+        page.wait_for_function("window.voicepipe.session.tool_choice === 'required'", timeout=10_000)
+        page.uncheck("#calculator")
+        page.wait_for_function("window.voicepipe.session.tools.length === 0", timeout=10_000)
+        assert not problems, problems
     finally:
         page.close()

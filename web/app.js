@@ -8,12 +8,14 @@
 //   conversation.js     the chat log, transcripts, answers, reply audio and barge-in (latency.js: the bars)
 //   knobs.js            the scheduler's knobs, their ranges and values from the server
 //   turns.js            the turn-taking mode, and the Reply button of manual turns
+//   calculator.js       the built-in tool example: a calculator the assistant calls, run in the page
 //   scheduler-panel.js  the live charts of scheduler.stats
 //   mic-control.js      the Start talking button and the level meter
 //   ui.js               element lookup, the error banner, number formats
 
 import { FRAME_SAMPLES, INPUT_RATE } from "./audio.js";
 import { connect, closedForIdle, sendJson, setConn, setReceiver } from "./connection.js";
+import * as calculator from "./calculator.js";
 import * as conversation from "./conversation.js";
 import * as knobs from "./knobs.js";
 import * as turns from "./turns.js";
@@ -37,8 +39,10 @@ const handlers = {
   [ServerEvent.RESPONSE_AUDIO_DONE]: () => {},
   [ServerEvent.RESPONSE_DONE](ev) {
     conversation.responseDone(ev);
+    calculator.responseDone();
     drawDeadlines();
   },
+  [ServerEvent.CALL_ARGUMENTS_DONE]: calculator.callDone,
   [ServerEvent.PLAYBACK_CLEARED]: conversation.playbackCleared,
   [ServerEvent.SCHEDULER_STATS](ev) {
     const stats = ev.stats || {};
@@ -73,6 +77,7 @@ function applySession(session, created) {
   if (rate) hook.outputSampleRate = rate;
   knobs.fromSession(s, created);
   turns.fromSession(s);
+  calculator.fromSession(s);
   showSession(s);
 }
 

@@ -126,6 +126,19 @@ export function textDelta(ev) {
   });
 }
 
+/** The reply called a tool: shown in its bubble (a call is never spoken). */
+export function toolCall(responseId, text) {
+  const r = replies.get(responseId);
+  if (!r) return;
+  r.called = true;
+  stickToBottom(() => {
+    const line = document.createElement("div");
+    line.className = "tool-call";
+    line.textContent = text;
+    r.el.querySelector(".text").before(line);
+  });
+}
+
 export function audioDelta(ev) {
   pendingAudio = ev;
 }
@@ -155,7 +168,7 @@ export function responseDone(ev) {
       tag.textContent = turn.status === "cancelled" ? "interrupted" : turn.status;
       r.el.querySelector(".who").append(tag);
     }
-    if (!r.text) r.el.querySelector(".text").textContent = "(no answer)";
+    if (!r.text && !r.called) r.el.querySelector(".text").textContent = "(no answer)";
     if (fitLatencyScale()) for (const other of replies.values()) if (other.turn) renderLatency(other.turn);
     stickToBottom(() => renderLatency(turn));
   }

@@ -8,6 +8,7 @@ export const ClientEvent = Object.freeze({
   AUDIO_COMMIT: "input_audio_buffer.commit",
   RESPONSE_CREATE: "response.create",
   RESPONSE_CANCEL: "response.cancel",
+  ITEM_CREATE: "conversation.item.create",
 });
 
 /** Events the page reads (besides the binary frame after each RESPONSE_AUDIO_DELTA). */
@@ -23,6 +24,7 @@ export const ServerEvent = Object.freeze({
   RESPONSE_AUDIO_DELTA: "response.audio.delta",
   RESPONSE_AUDIO_DONE: "response.audio.done",
   RESPONSE_DONE: "response.done",
+  CALL_ARGUMENTS_DONE: "response.function_call_arguments.done",
   PLAYBACK_CLEARED: "output_audio_buffer.cleared",
   SCHEDULER_STATS: "scheduler.stats",
   ERROR: "error",
@@ -47,6 +49,24 @@ export function turnDetectionUpdate(detection) {
 /** End the caller's turn by hand (manual turns), and ask for the reply. */
 export function commitAndReply() {
   return [{ type: ClientEvent.AUDIO_COMMIT }, { type: ClientEvent.RESPONSE_CREATE }];
+}
+
+/** The functions the assistant may call (`tools`, Realtime's flat shape) and how it chooses among them. */
+export function toolsUpdate(tools, toolChoice) {
+  return { type: ClientEvent.SESSION_UPDATE, session: { tools, tool_choice: toolChoice } };
+}
+
+/** A call's result goes into the conversation, and the spoken answer is asked for without more calls. */
+export function callOutput(callId, output) {
+  return [
+    toolsChoice("none"),
+    { type: ClientEvent.ITEM_CREATE, item: { type: "function_call_output", call_id: callId, output } },
+    { type: ClientEvent.RESPONSE_CREATE },
+  ];
+}
+
+function toolsChoice(toolChoice) {
+  return { type: ClientEvent.SESSION_UPDATE, session: { tool_choice: toolChoice } };
 }
 
 /** Ask the server to stop the response in progress. */

@@ -33,6 +33,7 @@ export const hook = {
   partials: [], // every partial transcript text seen
   answers: [], // the assistant's full answer per finished response
   turns: [], // {response_id, status, transcript, text, timings, deadline_met, underruns}
+  calls: [], // the calculator's calls: {name, expression, output}
   audioScheduledSeconds: 0,
   audioChunks: 0,
   audioBytes: 0,
