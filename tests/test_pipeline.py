@@ -7,7 +7,6 @@ import time
 import numpy as np
 import pytest
 from fake_call import QUESTION, REPLY, SECOND, Call
-from fakes import FakeEngine, FakeTokenizer
 
 from scheduler import RequestClass
 from voicepipe.pipeline.agreement import Agreement
@@ -15,6 +14,7 @@ from voicepipe.pipeline.events import (
     BargeIn,
     InputCleared,
     ItemCreated,
+    Paced,
     ResponseRequested,
     SpeechAudio,
     SpeechResumed,
@@ -103,7 +103,7 @@ async def test_only_the_first_piece_of_a_reply_may_end_at_a_clause():
 
 
 async def test_the_llm_deadline_follows_the_audio_the_caller_has_buffered():
-    pacing = Pacing(FakeEngine(FakeTokenizer()), tts_estimate_s=0.4, chars_per_s=10.0)
+    pacing = Pacing(tts_estimate_s=0.4, chars_per_s=10.0)
     turn = Turn("resp_1", "req_1", "item_1", 100.0, 101.5)
     assert pacing.llm_deadline(turn, 100.0) == pytest.approx(101.1)  # before audio: the turn's deadline
     start, _ = pacing.schedule(3.0, 102.0)  # the first audio (a gap before it is no underrun)
@@ -115,6 +115,27 @@ async def test_the_llm_deadline_follows_the_audio_the_caller_has_buffered():
     pacing.synthesized(turn, 1, "x" * 20, audio_s=2.0, work_s=0.4)
     assert pacing.llm_deadline(turn, 102.0) == pytest.approx(104.6)
     assert pacing.schedule(1.0, 106.0) == (106.0, 1.0)  # arriving after the buffer ran dry: a 1 s gap
+
+
+async def test_scheduled_audio_moves_the_llm_deadline_through_feedback_until_the_text_is_done():
+    call = Call(speculative=False)
+    call.engine.gate.clear()  # the reply's tokens wait: the request is in flight
+    await call.utterance()
+    llm_stage, output = call.pipeline.stages[2], call.pipeline.stages[-1]
+    turn, request, pacing = llm_stage.turn, call.engine.requests[-1], llm_stage.pacing
+    pacing.schedule(3.0, time.monotonic())  # the caller has 3 s of audio queued
+    before = len(request.deadlines)
+    output.emit_upstream(Paced(turn))  # from the last stage, past TTS and the sentences, to the LLM stage
+    await call.push()
+    assert len(request.deadlines) == before + 1
+    assert request.deadlines[-1] == pytest.approx(pacing.llm_deadline(turn, time.monotonic()), abs=0.05)
+    call.engine.gate.set()
+    await call.push()
+    assert turn.llm_done
+    output.emit_upstream(Paced(turn))
+    await call.push()
+    assert len(request.deadlines) == before + 1  # a finished request's deadline no longer moves
+    await call.close()
 
 
 def test_words_two_passes_agree_on_are_committed():

@@ -20,7 +20,7 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
                    send: Send) -> Pipeline:
     """The stages of one call. The endpointer reads `config.turn_detection` live, so updates apply at once."""
     engine = runtime.engine
-    pacing = Pacing(engine)
+    pacing = Pacing()
     endpointer = Endpointer(config.turn_detection, max_utterance_s=config.max_utterance_s,
                             early_pause_ms=config.early_final_ms)
     return Pipeline([

@@ -147,6 +147,14 @@ class PlaybackPaused(Feedback):
 
 
 @dataclass(frozen=True, slots=True)
+class Paced(Feedback):
+    """The turn's audio was scheduled for playback or a sentence of it went to synthesis: when its LLM
+    request must deliver has moved (see `Pacing`)."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
 class BargeInResolved(Event):
     """What the caller said over the reply: words (`real`: the reply is cancelled) or only a backchannel,
     a cough or noise (the reply's audio goes on where it stopped)."""

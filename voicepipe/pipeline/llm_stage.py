@@ -28,6 +28,7 @@ from voicepipe.pipeline.events import (
     ItemCreated,
     ItemFound,
     ItemRequested,
+    Paced,
     PlaybackPaused,
     ResponseCreated,
     ResponseRequested,
@@ -141,6 +142,11 @@ class LLMStage(Stage):
         self.emit(ItemFound(event.item_id, event.action, item["role"], item["content"], item["spoken"]))
 
     async def feedback(self, event: Feedback) -> bool:
+        if isinstance(event, Paced):
+            turn = event.turn
+            if not (turn.llm_done or turn.cancelled):  # this stage alone moves its request's deadline
+                self.engine.set_deadline(turn.request_id, self.pacing.llm_deadline(turn, time.monotonic()))
+            return True
         if not isinstance(event, PlaybackPaused):
             return False
         self._barge_item = event.item_id

@@ -21,6 +21,7 @@ from voicepipe.pipeline.events import (
     InputCleared,
     ItemCreated,
     ItemFound,
+    Paced,
     PlaybackPaused,
     ResponseCreated,
     SpeechStarted,
@@ -48,9 +49,10 @@ RECENT_TURNS = 16  # assistant items a client may still truncate
 class ClientOutput(Stage):
     """Turns events into protocol messages and paces the reply audio against the caller's playback.
 
-    After each audio chunk the LLM request's deadline moves to when the caller's buffered audio will run
-    out, less the time a sentence takes to synthesize, so the scheduler presses a turn only when its
-    listener is about to hear silence. A chunk sent after the buffer ran dry is an underrun.
+    After each audio chunk it tells the LLM stage upstream (`Paced`), which moves its request's deadline
+    to when the caller's buffered audio will run out, less the time a sentence takes to synthesize, so
+    the scheduler presses a turn only when its listener is about to hear silence. A chunk sent after the
+    buffer ran dry is an underrun.
 
     A speculative turn's events are held until it is confirmed, then sent in order; if it is dropped
     instead, the caller never hears of it.
@@ -173,7 +175,7 @@ class ClientOutput(Stage):
             self._sent = []
         self._sent.append((index, start, pcm))
         self._audible = turn
-        self.pacing.repace(turn)
+        self.emit_upstream(Paced(turn))
         await self.send(protocol.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate),
                         pcm.astype("<i2", copy=False).tobytes())
 

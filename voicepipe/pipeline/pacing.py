@@ -1,8 +1,10 @@
-"""The caller's playback clock, and the deadlines it sets for the LLM and TTS work of a turn."""
+"""The caller's playback clock, and the deadlines it sets for the LLM and TTS work of a turn.
 
-import time
+The output stage keeps the clock and the TTS stage the sentences on their way; each tells the LLM stage,
+by a `Paced` event upstream, that the turn's deadline may have moved. The LLM stage alone moves its
+request's deadline in the engine.
+"""
 
-from scheduler.client import EngineClient
 from voicepipe.pipeline.turn import Turn
 
 
@@ -16,8 +18,7 @@ class Pacing:
     LLM is not what the caller waits for, so their synthesis is not kept waiting behind its decodes.
     """
 
-    def __init__(self, engine: EngineClient, tts_estimate_s: float = 0.4, chars_per_s: float = 15.0) -> None:
-        self.engine = engine
+    def __init__(self, tts_estimate_s: float = 0.4, chars_per_s: float = 15.0) -> None:
         self.playout_end = 0.0
         self.tts_estimate_s = tts_estimate_s  # time to synthesize a sentence
         self.chars_per_s = chars_per_s  # characters of text per second of speech
@@ -45,7 +46,6 @@ class Pacing:
         if turn is not self._turn:
             self._turn, self._pending = turn, {}
         self._pending[index] = len(text) / self.chars_per_s
-        self.repace(turn)
 
     def synthesized(self, turn: Turn, index: int, text: str, audio_s: float, work_s: float) -> None:
         """A sentence became `audio_s` of audio in `work_s` (both smoothed into the estimates)."""
@@ -65,8 +65,3 @@ class Pacing:
         if pending:
             audio_end = max(audio_end, now + self.tts_estimate_s) + sum(pending.values())
         return audio_end - self.tts_estimate_s
-
-    def repace(self, turn: Turn) -> None:
-        """Move the turn's LLM request to its current deadline."""
-        if not (turn.llm_done or turn.cancelled):
-            self.engine.set_deadline(turn.request_id, self.llm_deadline(turn, time.monotonic()))

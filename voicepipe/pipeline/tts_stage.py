@@ -10,6 +10,7 @@ from voicepipe.pipeline.events import (
     AudioOut,
     Error,
     Event,
+    Paced,
     ResponseCreated,
     Sentence,
     TextDone,
@@ -43,6 +44,7 @@ class TTSStage(Stage):
                 self._queue.put_nowait(event if isinstance(event, Sentence) else None)
                 if isinstance(event, Sentence):
                     self.pacing.expect(event.turn, event.index, event.text)
+                    self.emit_upstream(Paced(event.turn))
             return
         if isinstance(event, ResponseCreated) or (isinstance(event, TurnCancelled) and event.turn is self._turn):
             if self._worker is not None:
