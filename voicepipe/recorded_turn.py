@@ -5,7 +5,6 @@ So `voicepipe turn` and the notebook measure what a caller gets, not a sequentia
 """
 
 import asyncio
-import json
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,11 +57,11 @@ class Recording:
         await self.over.wait()
         raise Disconnected()
 
-    async def send(self, message: str | bytes) -> None:
+    async def send(self, message: dict | bytes) -> None:
         if isinstance(message, bytes):
             self.audio.append(np.frombuffer(message, "<i2"))
             return
-        event = json.loads(message)
+        event = message
         self.events.append(event)
         if event["type"] == ServerEvent.RESPONSE_DONE:
             self.over.set()

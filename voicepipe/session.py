@@ -61,9 +61,9 @@ class Session:
     the call's conversation prefix is released from the KV pool.
     """
 
-    def __init__(self, ws: Transport, runtime: Runtime, limits: Limits, config: CallConfig | None = None,
+    def __init__(self, transport: Transport, runtime: Runtime, limits: Limits, config: CallConfig | None = None,
                  may_tune: bool = True) -> None:
-        self.ws, self.runtime, self.limits = ws, runtime, limits
+        self.transport, self.runtime, self.limits = transport, runtime, limits
         self.may_tune = may_tune  # may turn the engine's knobs, which every call shares
         self.id = new_id("sess")
         self.config = copy.deepcopy(config) if config is not None else CallConfig()  # this call's own settings
@@ -99,11 +99,11 @@ class Session:
     async def _receive(self) -> None:
         while True:
             try:
-                message = await asyncio.wait_for(self.ws.recv(), self.limits.idle_timeout_s)
+                message = await asyncio.wait_for(self.transport.recv(), self.limits.idle_timeout_s)
             except TimeoutError:
                 idle = self.limits.idle_timeout_s
                 await self.error("idle_timeout", f"no message for {idle:g} s; closing the call")
-                await self.ws.close(1000, "idle timeout")
+                await self.transport.close(1000, "idle timeout")
                 return
             except Disconnected:
                 return
@@ -122,7 +122,7 @@ class Session:
                     else:
                         self._responses.discard(response_id)
                 try:
-                    await self.ws.send(message if isinstance(message, bytes) else json.dumps(message))
+                    await self.transport.send(message)
                 except Disconnected:
                     return
 

@@ -11,7 +11,6 @@ assistant, and takes it for the caller speaking over the reply: talk through hea
 """
 
 import asyncio
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -132,11 +131,11 @@ class LocalLine:
             raise Disconnected()
         return frame
 
-    async def send(self, message: str | bytes) -> None:
+    async def send(self, message: dict | bytes) -> None:
         if isinstance(message, bytes):
             self.playback.write(self._to_speaker(np.frombuffer(message, "<i2")))
         else:
-            self.show(json.loads(message))
+            self.show(message)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self._incoming.put_nowait(None)

@@ -87,12 +87,11 @@ class RealtimeDialect:
         return json.dumps(event)  # the rest has the same name and shape natively (or the session says so)
 
     # -- session -> client -----------------------------------------------------------------------------------
-    async def send(self, message: str | bytes) -> None:
+    async def send(self, message: dict | bytes) -> None:
         if isinstance(message, bytes):
             await self._audio(message)
             return
-        event = json.loads(message)
-        for out in self._outbound(event):
+        for out in self._outbound(message):
             await self._send(out)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
@@ -101,7 +100,7 @@ class RealtimeDialect:
     async def _send(self, event: dict) -> None:
         if self.beta:
             event["type"] = BETA_NAMES.get(event["type"], event["type"])
-        await self.line.send(json.dumps({"event_id": new_id("event"), **event}))
+        await self.line.send({"event_id": new_id("event"), **event})
 
     async def _audio(self, pcm: bytes) -> None:
         header, self._audio_header = self._audio_header, None

@@ -104,7 +104,7 @@ class VoiceServer:
 
     async def close(self) -> None:
         """Close every call, then stop listening."""
-        await asyncio.gather(*(call.ws.close(1001, "server shutting down") for call in list(self.calls)),
+        await asyncio.gather(*(call.transport.close(1001, "server shutting down") for call in list(self.calls)),
                              return_exceptions=True)
         if self.uvicorn is not None:
             self.uvicorn.should_exit = True

@@ -1,5 +1,7 @@
 """A Starlette websocket as the `Transport` a call's session talks to."""
 
+import json
+
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from voicepipe.transport import Disconnected
@@ -21,12 +23,12 @@ class WebSocketLine:
         data = message.get("bytes")
         return data if data is not None else message.get("text") or ""
 
-    async def send(self, message: str | bytes) -> None:
+    async def send(self, message: dict | bytes) -> None:
         try:
             if isinstance(message, bytes):
                 await self.ws.send_bytes(message)
             else:
-                await self.ws.send_text(message)
+                await self.ws.send_text(json.dumps(message))
         except (RuntimeError, WebSocketDisconnect, OSError) as e:
             raise Disconnected() from e
 
