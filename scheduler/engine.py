@@ -20,7 +20,7 @@ from scheduler.detokenizer import Detokenizer
 from scheduler.grammar import Constraints
 from scheduler.jobs import Job, JobHandler, JobQueue, JobResult
 from scheduler.kv_pool import SlabPool
-from scheduler.metrics import Metrics
+from scheduler.metrics import Metrics, StepRecord
 from scheduler.planner import StepPlan, StepPlanner
 from scheduler.request import Output, RequestClass, Sequence, Status, check_request
 from scheduler.runner import ModelRunner
@@ -91,41 +91,42 @@ class Engine:
                                                                                              strict=True)]
 
     def _model_step(self, now: float) -> None:
+        """Plan, run, postprocess: the step's outputs go to `outputs`, its figures to the metrics at once."""
         plan = self.planner.plan(now)
-        for seq in plan.preempted:
-            self.metrics.preemptions.labels(seq.cls.name).inc()
         if not plan.chunks:
             self._fail_stuck()
             return
-        t0 = time.monotonic()
+        step = StepRecord(plan, time.monotonic())
         sampling = [c.seq for c in plan.chunks if c.samples]
         try:
-            logits = self.runner.run(plan)
-            params = [s.params for s in sampling]
-            probes = probe_rows(logits, params)  # the model's own belief, before any grammar's mask
-            self._mask(logits, sampling)
-            tokens = sample_rows(logits, params, [len(s.output_ids) for s in sampling]) if sampling else []
+            tokens, probes = self._run(plan, sampling, step)
         except Exception as exc:  # a fault in one step (an OOM, a kernel bug) fails that step's requests only
             self._fail_step(plan, exc)
             return
-        done = time.monotonic()
-        self._record_step(plan, t0, done)
+        step.ended = time.monotonic()
         for chunk in plan.chunks:
             seq = chunk.seq
             if seq.num_cached == 0 and chunk.start == 0 and seq.first_token_at is None:
-                self.metrics.queue_time.labels(seq.cls.name).observe(t0 - seq.arrival)
+                step.queued.append((seq.cls.name, step.started - seq.arrival))
             self.planner.advance(chunk)
         for seq, token, probe in zip(sampling, tokens, probes, strict=True):
-            self._append_token(seq, token, done, probe)
+            self._postprocess(seq, token, probe, step)
+        self.metrics.record_step(step)
         self._maybe_compact()
 
-    def _mask(self, logits: torch.Tensor, sampling: list[Sequence]) -> None:
-        """Constrained rows may only sample what their grammar allows next (a batch without any: nothing)."""
+    def _run(self, plan: StepPlan, sampling: list[Sequence], step: StepRecord) -> tuple[list[int], list]:
+        """The model over the plan, then one token per sampling row: probes read before any grammar's mask
+        (the model's own belief), constrained rows masked (a batch without any: nothing)."""
+        logits = self.runner.run(plan)
+        params = [s.params for s in sampling]
+        probes = probe_rows(logits, params)
         ids = [s.request_id if s.status is not Status.FINISHED else "" for s in sampling]
         if any(self.constraints.constrained(i) for i in ids):
             t0 = time.monotonic()
             self.constraints.mask(logits, ids)
-            self.metrics.mask_seconds.observe(time.monotonic() - t0)
+            step.mask_s = time.monotonic() - t0
+        tokens = sample_rows(logits, params, [len(s.output_ids) for s in sampling]) if sampling else []
+        return tokens, probes
 
     def _fail_step(self, plan: StepPlan, exc: Exception) -> None:
         log.exception("a model step failed; its %d requests fail with it", len(plan.chunks))
@@ -139,25 +140,6 @@ class Engine:
         for seq in [s for s in self.planner.waiting if not self.planner.running]:
             self._finish(seq, "error: the KV pool cannot hold this request")
 
-    def _record_step(self, plan: StepPlan, t0: float, t1: float) -> None:
-        decode = sum(c.n for c in plan.chunks if c.kind == "decode")
-        prefill = plan.num_tokens - decode
-        m = self.metrics
-        m.steps.inc()
-        m.steps_run += 1
-        m.step_seconds.observe(t1 - t0)
-        m.step_tokens.labels("decode").inc(decode)
-        m.step_tokens.labels("prefill").inc(prefill)
-        m.recent_steps.append({
-            "t": t1, "duration_s": t1 - t0, "decode_tokens": decode, "prefill_tokens": prefill,
-            "seqs": len(plan.chunks), "preempted": len(plan.preempted),
-            "chunks": [{"id": c.seq.request_id, "cls": c.seq.cls.name, "kind": c.kind, "start": c.start,
-                        "n": c.n} for c in plan.chunks],
-        })
-        for chunk in plan.chunks:
-            if chunk.kind == "prefill":
-                m.prompt_tokens.labels(chunk.seq.cls.name).inc(chunk.n)
-
     def _maybe_compact(self) -> None:
         if self.force_compaction or self.pool.fragmentation() > self.config.compact_threshold:
             self.force_compaction = False
@@ -169,32 +151,31 @@ class Engine:
                 self.metrics.compactions.inc()
 
     # -- tokens out --------------------------------------------------------------------------------------
-    def _append_token(self, seq: Sequence, token: int, now: float, probe: float | None = None) -> None:
+    def _postprocess(self, seq: Sequence, token: int, probe: float | None, step: StepRecord) -> None:
+        """Append a sampled token; stream its text; finish the request at its end (the end token, a stop
+        string, a complete grammar) or its length."""
         if seq.status is Status.FINISHED:  # padding in a static batch: computed, never shown
             seq.output_ids.append(token)
             return
-        cls = seq.cls.name
+        cls, now = seq.cls.name, step.ended
         if seq.first_token_at is None:
+            step.first_tokens.append((cls, now - seq.arrival))
             seq.first_token_at = now
-            self.metrics.ttft.labels(cls).observe(now - seq.arrival)
         else:
-            self.metrics.itl.labels(cls).observe(now - seq.last_token_at)
+            step.gaps.append((cls, now - seq.last_token_at))
         seq.last_token_at = now
-        self.metrics.count_tokens(1, cls)
+        step.generated[cls] = step.generated.get(cls, 0) + 1
         seq.output_ids.append(token)
         eos = token in self.eos_ids and not seq.params.ignore_eos
         complete = self.constraints.accept(seq.request_id, token)  # its grammar allows nothing more
         text = "" if eos else seq.detokenizer.add(token)
-        if eos or complete or seq.detokenizer.stopped:
-            reason = "stop"
-        elif len(seq.output_ids) >= seq.params.max_tokens:
-            reason = "length"
-        else:
-            reason = None
+        reason = "stop" if eos or complete or seq.detokenizer.stopped else \
+            "length" if len(seq.output_ids) >= seq.params.max_tokens else None
         if reason is not None:
             text += seq.detokenizer.flush()
         self.outputs.append((seq.request_id, Output(token, text, probe=probe)))
         if reason is not None:
+            step.finished.append((cls, now - seq.arrival))
             self._finish(seq, reason)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
@@ -202,7 +183,6 @@ class Engine:
         self.planner.finish(seq)
         self.requests.pop(seq.request_id, None)
         self.constraints.drop(seq.request_id)
-        self.metrics.e2e.labels(seq.cls.name).observe(time.monotonic() - seq.arrival)
         self.outputs.append((seq.request_id, Output(None, "", True, reason)))
 
     # -- commands (from the driver, between steps) -------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A job is data, not a closure: a kind that names a handler registered with the engine, and its arguments.
 That is what lets a job cross into the engine process. A job's key is (tier, deadline, arrival order):
-realtime jobs share the top tier (-1) with pressing decodes, so the engine can weigh a job against the
+realtime jobs share the top tier (PRESSING_TIER) with pressing decodes, so the engine can weigh a job against the
 model's own work with `StepPlanner.urgency`. A handler may take jobs in batches: queued jobs of its kind
 then run together (several callers' final ASR passes in one encoder call).
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.request import RequestClass
+from scheduler.request import PRESSING_TIER, RequestClass
 
 _job_ids = itertools.count()
 
@@ -40,7 +40,7 @@ class Job:
 
 def make_job(kind: str, args: tuple, cls: RequestClass = RequestClass.INTERACTIVE, deadline: float | None = None,
              job_id: str | None = None) -> Job:
-    tier = -1 if cls is RequestClass.REALTIME else int(cls)
+    tier = PRESSING_TIER if cls is RequestClass.REALTIME else int(cls)
     order = next(_job_ids)
     return Job((tier, math.inf if deadline is None else deadline, order), job_id or f"job-{order}", kind,
                tuple(args))

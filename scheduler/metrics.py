@@ -6,10 +6,29 @@ it on /metrics. Latency buckets reach well under 300 ms, where voice turns live.
 
 import time
 from collections import deque
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from scheduler.planner import StepPlan
+
 FAST = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """What one model step did, gathered while it runs and recorded into the metrics at once after it:
+    (class, seconds) pairs for the waits, first tokens, token gaps and finished requests it saw."""
+
+    plan: StepPlan
+    started: float
+    ended: float = 0.0
+    mask_s: float | None = None  # its grammar masks, if any row was constrained
+    queued: list[tuple[str, float]] = field(default_factory=list)  # first scheduled: arrival to now
+    first_tokens: list[tuple[str, float]] = field(default_factory=list)
+    gaps: list[tuple[str, float]] = field(default_factory=list)
+    finished: list[tuple[str, float]] = field(default_factory=list)  # arrival to finish
+    generated: dict[str, int] = field(default_factory=dict)  # tokens shown, by class
 
 
 class Metrics:
@@ -48,6 +67,35 @@ class Metrics:
         self.recent_steps: deque[dict] = deque(maxlen=200)
         self.steps_run = 0
         self._token_times: deque[tuple[float, int]] = deque(maxlen=2000)
+
+    def record_step(self, step: StepRecord) -> None:
+        """Everything one model step changes in the metrics."""
+        plan = step.plan
+        decode = sum(c.n for c in plan.chunks if c.kind == "decode")
+        self.steps.inc()
+        self.steps_run += 1
+        self.step_seconds.observe(step.ended - step.started)
+        self.step_tokens.labels("decode").inc(decode)
+        self.step_tokens.labels("prefill").inc(plan.num_tokens - decode)
+        for chunk in plan.chunks:
+            if chunk.kind == "prefill":
+                self.prompt_tokens.labels(chunk.seq.cls.name).inc(chunk.n)
+        for seq in plan.preempted:
+            self.preemptions.labels(seq.cls.name).inc()
+        if step.mask_s is not None:
+            self.mask_seconds.observe(step.mask_s)
+        for histogram, pairs in ((self.queue_time, step.queued), (self.ttft, step.first_tokens),
+                                 (self.itl, step.gaps), (self.e2e, step.finished)):
+            for cls, seconds in pairs:
+                histogram.labels(cls).observe(seconds)
+        for cls, n in step.generated.items():
+            self.count_tokens(n, cls)
+        self.recent_steps.append({
+            "t": step.ended, "duration_s": step.ended - step.started, "decode_tokens": decode,
+            "prefill_tokens": plan.num_tokens - decode, "seqs": len(plan.chunks), "preempted": len(plan.preempted),
+            "chunks": [{"id": c.seq.request_id, "cls": c.seq.cls.name, "kind": c.kind, "start": c.start,
+                        "n": c.n} for c in plan.chunks],
+        })
 
     def job_done(self, kind: str, seconds: float) -> None:
         self.jobs.labels(kind).observe(seconds)

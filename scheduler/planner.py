@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from scheduler.config import EngineConfig
 from scheduler.kv_pool import PoolExhausted, SlabPool
-from scheduler.request import RequestClass, Sequence, Status
+from scheduler.request import PRESSING_TIER, RequestClass, Sequence, Status
 
 
 @dataclass(slots=True)
@@ -43,6 +43,17 @@ class Chunk:
     @property
     def kind(self) -> str:
         return "decode" if self.n == 1 and self.seq.output_ids else "prefill"
+
+
+@dataclass(frozen=True, slots=True)
+class Background:
+    """What one step may give to work other than realtime replies."""
+
+    allowed: bool = True  # False while a reply is pressing: the step carries realtime work alone
+    prefill_tokens: float = math.inf  # the share of the step non-realtime prompts may take
+
+
+REALTIME_ONLY = Background(allowed=False, prefill_tokens=0)
 
 
 @dataclass(slots=True)
@@ -77,12 +88,12 @@ class StepPlanner:
 
     def urgency(self, now: float) -> tuple:
         """The urgency of the pending model work, comparable with a job's (tier, deadline) key: pressing
-        decodes share the top tier (-1) with realtime jobs, and between them the earlier deadline goes
-        first; otherwise the most urgent sequence's class and deadline."""
+        decodes share the top tier (PRESSING_TIER) with realtime jobs, and between them the earlier
+        deadline goes first; otherwise the most urgent sequence's class and deadline."""
         seqs = self.running + self.waiting
         pressing = [s.deadline for s in seqs if self.pressing(s, now)]
         if pressing:
-            return (-1, min(pressing))
+            return (PRESSING_TIER, min(pressing))
         return min(((self.effective_class(s, now), s.deadline or math.inf) for s in seqs), default=(math.inf,))
 
     def effective_class(self, seq: Sequence, now: float) -> int:
@@ -112,7 +123,8 @@ class StepPlanner:
             return self._plan_static()
         plan = StepPlan()
         tokens_left, seqs_left = self.config.max_batch_tokens, self.config.max_batch_seqs
-        background_left = self._background_budget(now)
+        budget = self._background(now)
+        background_left = budget.prefill_tokens
         planned: set[int] = set()
         for seq in sorted(self.running + self.waiting, key=lambda s: self._priority(s, now)):
             if tokens_left <= 0 or seqs_left <= 0:
@@ -120,7 +132,7 @@ class StepPlanner:
             # While a reply is pressing, nothing but realtime work; otherwise other prompts take a share, and
             # one that has waited long enough to age into the realtime class takes its full turn.
             background = seq.remaining_prefill > 1 and self.effective_class(seq, now) > RequestClass.REALTIME
-            if background_left < 0 and seq.cls > RequestClass.REALTIME or background and background_left <= 0:
+            if not budget.allowed and seq.cls > RequestClass.REALTIME or background and background_left <= 0:
                 continue
             if seq in plan.preempted or (seq.status is Status.WAITING and not self._admit(seq)):
                 continue
@@ -135,21 +147,21 @@ class StepPlanner:
                 background_left -= n
         return plan
 
-    def _background_budget(self, now: float) -> float:
-        """Prefill tokens a step may give to non-realtime work: all of them, unless (under `o4`) a
-        realtime request's deadline approaches (within two pressing windows), whose next tokens would
-        otherwise wait behind long steps; -1 (no non-realtime work at all, decodes included) while one is
-        pressing. A reply whose caller has seconds of audio buffered slows nobody down."""
+    def _background(self, now: float) -> Background:
+        """What a step may give to non-realtime work: all of it, unless (under `o4`) a realtime request's
+        deadline approaches (within two pressing windows), whose next tokens would otherwise wait behind
+        long steps; nothing at all, decodes included, while one is pressing. A reply whose caller has
+        seconds of audio buffered slows nobody down."""
         if self.config.policy != "o4":
-            return math.inf
+            return Background()
         slack = min((s.deadline - now for s in self.running + self.waiting
                      if s.cls is RequestClass.REALTIME and s.deadline is not None), default=math.inf)
         if slack <= self.config.pressing_window_s:
-            return -1
+            return REALTIME_ONLY
         if slack <= 2 * self.config.pressing_window_s:
-            return self.config.realtime_prefill_tokens
+            return Background(prefill_tokens=self.config.realtime_prefill_tokens)
         # A turn may begin at any moment of a live call, and waits first for the step in flight.
-        return self.config.live_prefill_tokens if self.live_sessions else math.inf
+        return Background(prefill_tokens=self.config.live_prefill_tokens if self.live_sessions else math.inf)
 
     def _chunk_size(self, seq: Sequence, tokens_left: int) -> int:
         """How many of seq's tokens this step carries: under `o4`, whole shards while the budget lasts.

@@ -17,6 +17,11 @@ class RequestClass(enum.IntEnum):
     BATCH = 2
 
 
+# The tier before every class: pressing realtime decodes and realtime device jobs, weighed against each
+# other by deadline (see `StepPlanner.urgency` and `jobs.job`).
+PRESSING_TIER = -1
+
+
 class Status(enum.Enum):
     WAITING = "waiting"  # not admitted, or preempted: holds no pages
     RUNNING = "running"  # admitted: prefilling shard by shard, then decoding
