@@ -73,6 +73,23 @@ class Call:
         await self.pipeline.stop()
 
 
+async def run_stage(stage, events) -> tuple[list, list]:
+    """One stage on its own: each event processed (feedback offered) in order; what it sent downstream
+    and upstream."""
+    from voicepipe.pipeline.events import Feedback
+
+    down: list = []
+    up: list = []
+    stage._emit, stage._emit_up = down.append, up.append
+    for event in events:
+        if isinstance(event, Feedback):
+            if not await stage.feedback(event):
+                up.append(event)
+        else:
+            await stage.process(event)
+    return down, up
+
+
 async def settle(pipeline) -> None:
     """Yield to the event loop until every stage's queue has stayed empty for a while (no timed sleep)."""
     quiet = 0

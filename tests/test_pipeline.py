@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from fake_call import QUESTION, REPLY, SECOND, Call
+from fake_call import QUESTION, REPLY, SECOND, Call, run_stage
 
 from scheduler import RequestClass
 from voicepipe.pipeline.agreement import Agreement
@@ -15,7 +15,9 @@ from voicepipe.pipeline.events import (
     InputCleared,
     ItemCreated,
     Paced,
+    ResponseCreated,
     ResponseRequested,
+    Sentence,
     SpeechAudio,
     SpeechResumed,
     SpeechStarted,
@@ -23,6 +25,7 @@ from voicepipe.pipeline.events import (
     TextDelta,
     TextDone,
     TruncateRequested,
+    TurnCancelled,
 )
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.sentences import SentenceAggregator
@@ -91,13 +94,10 @@ async def test_a_speculative_reply_is_dropped_unheard_when_the_caller_goes_on():
     await call.close()
 
 async def test_only_the_first_piece_of_a_reply_may_end_at_a_clause():
-    aggregator = SentenceAggregator(clause_chars=16)
-    out: list = []
-    aggregator._emit = out.append
     turn = Turn("resp_1", "req_1", "item_1", 0.0, 1.0)
-    for delta in ["Well, as you know, the answer", " is Paris, of course. It", " is big, old, and lovely. "]:
-        await aggregator.process(TextDelta(turn, delta))
-    await aggregator.process(TextDone(turn))
+    deltas = ["Well, as you know, the answer", " is Paris, of course. It", " is big, old, and lovely. "]
+    out, _ = await run_stage(SentenceAggregator(clause_chars=16), [*(TextDelta(turn, d) for d in deltas),
+                                                                    TextDone(turn)])
     sentences = [e.text for e in out if type(e).__name__ == "Sentence"]
     assert sentences == ["Well, as you know,", "the answer is Paris, of course.", "It is big, old, and lovely."]
 
@@ -136,6 +136,21 @@ async def test_scheduled_audio_moves_the_llm_deadline_through_feedback_until_the
     await call.push()
     assert len(request.deadlines) == before + 1  # a finished request's deadline no longer moves
     await call.close()
+
+
+async def test_a_sentence_sent_to_synthesis_tells_the_llm_stage_its_deadline_moved():
+    from fakes import FakeEngine, FakeTokenizer
+
+    from voicepipe.pipeline.tts_stage import TTSStage
+
+    pacing = Pacing()
+    stage = TTSStage(FakeEngine(FakeTokenizer()), 16000, pacing)
+    turn = Turn("resp_1", "req_1", "item_1", time.monotonic(), time.monotonic() + 1.5)
+    before = pacing.llm_deadline(turn, time.monotonic())
+    down, up = await run_stage(stage, [ResponseCreated(turn), Sentence(turn, "Paris is the capital.", 0)])
+    assert up == [Paced(turn)] and [type(e) for e in down] == [ResponseCreated]
+    assert pacing.llm_deadline(turn, time.monotonic()) > before  # the sentence's audio counts as coming
+    await run_stage(stage, [TurnCancelled(turn, "barge_in")])  # its synthesis worker stops
 
 
 def test_words_two_passes_agree_on_are_committed():
