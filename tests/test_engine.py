@@ -1,4 +1,5 @@
-"""The engine against transformers' own generate: exact greedy tokens, whatever the batching; no leaks."""
+"""The engine against transformers' own generate: exact greedy tokens, whatever the batching; no leaks. On
+the tiny random-weight model (the embedded model's exactness is `test_lean_runner`'s and the server tests')."""
 
 import asyncio
 import time
@@ -21,12 +22,24 @@ QUESTIONS = [
 STORY = ("The old lighthouse keeper climbed the stairs every evening, counting each step, listening to the "
          "waves below and thinking about the ships that had passed in the night. ")
 MAX_TOKENS = 20
-SLAB_4_PAGES = 4 * 16 * 2 * 3 * 64 * 4  # four 16-token pages of one SmolLM2 layer's K and V
+SLAB_4_PAGES = 4 * 16 * 2 * 2 * 16 * 4  # four 16-token pages of one tiny layer's K and V (2 heads of 16, fp32)
 
 
 @pytest.fixture(scope="module")
-def prompts(llm):
-    _, tokenizer = llm
+def tiny_llm():
+    """The tiny random-weight model with the default model's tokenizer, so prompts are real chats: exactness
+    against `generate` holds for any weights, and the engine's tests run in seconds."""
+    from voicepipe.bench.random_weights import random_llm
+    from voicepipe.models import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    model, _ = random_llm("tiny", vocab_size=len(tokenizer))
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_llm):
+    _, tokenizer = tiny_llm
     out = []
     for i, q in enumerate(QUESTIONS):
         text = STORY * (i % 5) + q  # 30 to 250 tokens
@@ -36,8 +49,8 @@ def prompts(llm):
 
 
 @pytest.fixture(scope="module")
-def reference(llm, prompts):
-    model, _ = llm
+def reference(tiny_llm, prompts):
+    model, _ = tiny_llm
     answers = []
     for ids in prompts:
         out = model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False)
@@ -58,8 +71,8 @@ def trim_eos(tokens: list[int], eos: set[int]) -> list[int]:
 
 @pytest.mark.parametrize(("runner", "shard_tokens", "page_tokens"), [
     ("lean", 16, 16), ("lean", 16, 32), ("lean", 64, 16), ("lean", 64, 32), ("transformers", 16, 32)])
-def test_greedy_tokens_match_transformers_generate(llm, prompts, reference, runner, shard_tokens, page_tokens):
-    engine = Engine(*llm, EngineConfig(runner=runner, shard_tokens=shard_tokens, page_tokens=page_tokens,
+def test_greedy_tokens_match_transformers_generate(tiny_llm, prompts, reference, runner, shard_tokens, page_tokens):
+    engine = Engine(*tiny_llm, EngineConfig(runner=runner, shard_tokens=shard_tokens, page_tokens=page_tokens,
                                        num_slabs=4, max_batch_tokens=128, max_batch_seqs=16))
     seqs = run_all(engine, prompts)
     for seq, ref in zip(seqs, reference, strict=True):
@@ -68,8 +81,8 @@ def test_greedy_tokens_match_transformers_generate(llm, prompts, reference, runn
 
 
 @pytest.mark.parametrize("runner", ["lean", "transformers"])
-def test_greedy_tokens_match_with_compaction_during_the_run(llm, prompts, reference, runner):
-    engine = Engine(*llm, EngineConfig(runner=runner, slab_bytes=SLAB_4_PAGES, num_slabs=80, compact_threshold=0.0,
+def test_greedy_tokens_match_with_compaction_during_the_run(tiny_llm, prompts, reference, runner):
+    engine = Engine(*tiny_llm, EngineConfig(runner=runner, slab_bytes=SLAB_4_PAGES, num_slabs=80, compact_threshold=0.0,
                                        max_batch_tokens=160, max_batch_seqs=6))
     seqs = run_all(engine, prompts)
     assert engine.metrics.compactions._value.get() > 0
@@ -78,8 +91,8 @@ def test_greedy_tokens_match_with_compaction_during_the_run(llm, prompts, refere
 
 
 @pytest.mark.parametrize("runner", ["lean", "transformers"])
-def test_greedy_tokens_match_with_preemption_in_a_tiny_pool(llm, prompts, reference, runner):
-    engine = Engine(*llm, EngineConfig(runner=runner, slab_bytes=SLAB_4_PAGES, num_slabs=7, default_output_guess=1,
+def test_greedy_tokens_match_with_preemption_in_a_tiny_pool(tiny_llm, prompts, reference, runner):
+    engine = Engine(*tiny_llm, EngineConfig(runner=runner, slab_bytes=SLAB_4_PAGES, num_slabs=7, default_output_guess=1,
                                        max_batch_tokens=256, max_batch_seqs=16))
     seqs = run_all(engine, prompts)
     assert sum(s.preemptions for s in seqs) > 0
@@ -87,17 +100,17 @@ def test_greedy_tokens_match_with_preemption_in_a_tiny_pool(llm, prompts, refere
         assert seq.output_ids == trim_eos(ref, engine.eos_ids)
 
 
-def test_fcfs_and_static_policies_give_the_same_tokens(llm, prompts, reference):
+def test_fcfs_and_static_policies_give_the_same_tokens(tiny_llm, prompts, reference):
     for policy in ("fcfs", "static"):
-        engine = Engine(*llm, EngineConfig(policy=policy, num_slabs=4, static_batch_size=8))
+        engine = Engine(*tiny_llm, EngineConfig(policy=policy, num_slabs=4, static_batch_size=8))
         seqs = run_all(engine, prompts[:8])
         for seq, ref in zip(seqs, reference, strict=False):
             assert seq.output_ids[:len(trim_eos(ref, engine.eos_ids))] == trim_eos(ref, engine.eos_ids)
         assert engine.pool.num_used == len(engine.pool.lru)
 
 
-def test_aborting_mid_prefill_and_mid_decode_frees_every_page(llm, prompts):
-    engine = Engine(*llm, EngineConfig(shard_tokens=16, max_batch_tokens=16, num_slabs=4))
+def test_aborting_mid_prefill_and_mid_decode_frees_every_page(tiny_llm, prompts):
+    engine = Engine(*tiny_llm, EngineConfig(shard_tokens=16, max_batch_tokens=16, num_slabs=4))
     long, short = engine.add_request(Sequence(prompts[4], SamplingParams(max_tokens=50))), None
     engine.step()  # one shard of the long prompt is in
     assert 0 < long.num_cached < len(long.prompt_ids)
@@ -112,8 +125,8 @@ def test_aborting_mid_prefill_and_mid_decode_frees_every_page(llm, prompts):
     assert engine.pool.num_used == len(engine.pool.lru)
 
 
-def test_a_session_keeps_its_conversation_prefix_for_the_next_turn(llm):
-    model, tokenizer = llm
+def test_a_session_keeps_its_conversation_prefix_for_the_next_turn(tiny_llm):
+    model, tokenizer = tiny_llm
     engine = Engine(model, tokenizer, EngineConfig(num_slabs=4))
     turn1 = [{"role": "user", "content": STORY + "What did the keeper count?"}]
     first = engine.add_request(Sequence(chat_prompt_ids(tokenizer, turn1), SamplingParams(max_tokens=12),
@@ -134,8 +147,8 @@ def test_a_session_keeps_its_conversation_prefix_for_the_next_turn(llm):
     assert "call-1" not in engine.pool.pins and all(r == 0 for r in engine.pool.refs)
 
 
-def test_a_promoted_request_takes_its_new_class_deadline_and_session(llm):
-    model, tokenizer = llm
+def test_a_promoted_request_takes_its_new_class_deadline_and_session(tiny_llm):
+    model, tokenizer = tiny_llm
     engine = Engine(model, tokenizer, EngineConfig(num_slabs=4))
     prompt = chat_prompt_ids(tokenizer, [{"role": "user", "content": STORY + "What did the keeper count?"}])
     seq = engine.add_request(Sequence(prompt, SamplingParams(max_tokens=6), RequestClass.INTERACTIVE))
@@ -149,10 +162,10 @@ def test_a_promoted_request_takes_its_new_class_deadline_and_session(llm):
     engine.check_pool()
 
 
-async def test_async_generate_streams_text_and_jobs_run_by_priority(llm, prompts):
+async def test_async_generate_streams_text_and_jobs_run_by_priority(tiny_llm, prompts):
     order: list[str] = []
     jobs = {"note": JobHandler(lambda what: order.append(what) or len(order)), "fail": JobHandler(lambda: 1 / 0)}
-    engine = LocalEngine(Engine(*llm, EngineConfig(num_slabs=4), jobs))
+    engine = LocalEngine(Engine(*tiny_llm, EngineConfig(num_slabs=4), jobs))
     engine.start()
     try:
         slow = [engine.run_job("note", "batch", cls=RequestClass.BATCH) for _ in range(2)]
@@ -173,8 +186,8 @@ async def test_async_generate_streams_text_and_jobs_run_by_priority(llm, prompts
         await engine.stop()
 
 
-def test_knobs_are_validated_and_applied(llm):
-    engine = Engine(*llm, EngineConfig(num_slabs=1))
+def test_knobs_are_validated_and_applied(tiny_llm):
+    engine = Engine(*tiny_llm, EngineConfig(num_slabs=1))
     engine.update_config(max_batch_tokens=64, max_batch_seqs=3)
     assert (engine.config.max_batch_tokens, engine.config.max_batch_seqs) == (64, 3)
     for bad in ({"max_batch_tokens": 0}, {"max_batch_seqs": "8"}, {"shard_tokens": 8}, {"max_batch_seqs": True}):
