@@ -73,6 +73,30 @@ class Call:
         await self.pipeline.stop()
 
 
+async def http_post(server, body: dict, path: str = "/v1/chat/completions") -> tuple[int, dict, bytes]:
+    """A raw HTTP POST of `body` as JSON to a loopback server: (status, headers, body), a chunked body
+    joined (a stream's server-sent events)."""
+    import json
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    data = json.dumps(body)
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n{data}".encode())
+    raw = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    if headers.get("transfer-encoding") == "chunked":
+        chunks, rest = [], payload
+        while rest:
+            size, _, rest = rest.partition(b"\r\n")
+            chunks.append(rest[:int(size, 16)])
+            rest = rest[int(size, 16) + 2:]
+        payload = b"".join(chunks)
+    return int(lines[0].split()[1]), headers, payload
+
+
 async def run_stage(stage, events) -> tuple[list, list]:
     """One stage on its own: each event processed (feedback offered) in order; what it sent downstream
     and upstream."""

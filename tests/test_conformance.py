@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 import soxr
-from fake_call import fake_server
+from fake_call import fake_server, http_post
 from openai.types.beta.realtime import RealtimeServerEvent as BetaServerEvent
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.realtime import RealtimeServerEvent
@@ -201,22 +201,8 @@ async def test_a_foreign_name_or_an_unknown_field_is_a_violation():
 
 
 async def http(server, body: dict) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    data = json.dumps(body)
-    writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n{data}".encode())
-    raw = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    head, _, payload = raw.partition(b"\r\n\r\n")
-    assert b" 200 " in head.split(b"\r\n")[0], head
-    if b"chunked" in head.lower():  # undo the transfer encoding
-        chunks, rest = [], payload
-        while rest:
-            size, _, rest = rest.partition(b"\r\n")
-            n = int(size, 16)
-            chunks.append(rest[:n])
-            rest = rest[n + 2:]
-        payload = b"".join(chunks)
+    status, _, payload = await http_post(server, body)
+    assert status == 200, payload
     return payload
 
 

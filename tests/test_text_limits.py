@@ -9,7 +9,7 @@ import time
 
 import pytest
 import pytest_asyncio
-from fake_call import fake_server
+from fake_call import fake_server, http_post
 from websockets.asyncio.client import connect
 
 from voicepipe.limits import Limits
@@ -24,16 +24,8 @@ async def served():
 
 
 async def post(server, body: dict, path: str = "/v1/chat/completions") -> tuple[int, dict, dict]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    data = json.dumps(body)
-    writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n{data}".encode())
-    raw = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    head, _, payload = raw.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    return int(lines[0].split()[1]), headers, json.loads(payload) if payload else {}
+    status, headers, payload = await http_post(server, body, path)
+    return status, headers, json.loads(payload) if payload else {}
 
 
 def chat(**extra) -> dict:
