@@ -48,7 +48,6 @@ class Engine:
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         vocab = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
         self.constraints = Constraints(tokenizer, vocab, self.eos_ids)
-        self.requests: dict[str, Sequence] = {}
         self.handlers: dict[str, JobHandler] = dict(jobs or {})
         self.jobs = JobQueue()
         self.outputs: list[tuple[str, Output]] = []  # (request id, output) since the driver last took them
@@ -137,7 +136,7 @@ class Engine:
 
     def _fail_stuck(self) -> None:
         """Nothing fits even with everything else preempted: the pool is too small for a request."""
-        for seq in [s for s in self.planner.waiting if not self.planner.running]:
+        for seq in self.planner.stuck():
             self._finish(seq, "error: the KV pool cannot hold this request")
 
     def _maybe_compact(self) -> None:
@@ -146,8 +145,7 @@ class Engine:
             moves = self.pool.plan_compaction()
             if moves:
                 self.runner.copy_pages(moves)
-                for seq in self.planner.running:
-                    seq.pages = [moves.get(p, p) for p in seq.pages]
+                self.planner.remap(moves)
                 self.metrics.compactions.inc()
 
     # -- tokens out --------------------------------------------------------------------------------------
@@ -181,7 +179,6 @@ class Engine:
     def _finish(self, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason
         self.planner.finish(seq)
-        self.requests.pop(seq.request_id, None)
         self.constraints.drop(seq.request_id)
         self.outputs.append((seq.request_id, Output(None, "", True, reason)))
 
@@ -192,12 +189,11 @@ class Engine:
         if seq.params.grammar is not None:
             self.constraints.add(seq.request_id, seq.params.grammar)
         seq.detokenizer = Detokenizer(self.tokenizer, seq.params.stop)
-        self.requests[seq.request_id] = seq
         self.planner.add(seq)
         return seq
 
     def abort(self, request_id: str) -> None:
-        seq = self.requests.pop(request_id, None)
+        seq = self.planner.by_id.get(request_id)
         if seq is not None:
             seq.finish_reason = "abort"
             self.planner.abort(seq)
@@ -206,24 +202,23 @@ class Engine:
 
     def set_deadline(self, request_id: str, deadline: float | None) -> None:
         """Move a request's deadline, e.g. to when its caller's buffered audio will run out."""
-        if request_id in self.requests:
-            self.requests[request_id].deadline = deadline
+        if request_id in self.planner.by_id:
+            self.planner.by_id[request_id].deadline = deadline
 
     def promote(self, request_id: str, cls: RequestClass, deadline: float | None, session: str | None) -> None:
         """Raise a request's class, e.g. a speculative reply whose turn was confirmed; `session` pins its
         conversation prefix when it ends, as if it had been submitted that way."""
-        seq = self.requests.get(request_id)
+        seq = self.planner.by_id.get(request_id)
         if seq is not None:
             seq.cls, seq.deadline, seq.session = cls, deadline, session
 
     def open_session(self, session: str) -> None:
         """A call began: while any is live, steps stay short enough for its next turn (see the planner)."""
-        self.planner.live_sessions.add(session)
+        self.planner.open_session(session)
 
     def release_session(self, session: str) -> None:
         """A call ended: its kept conversation prefix may go."""
-        self.planner.live_sessions.discard(session)
-        self.pool.unpin(session)
+        self.planner.close_session(session)
 
     def update_config(self, **knobs: int) -> None:
         """Turn the knobs; all are checked before any is applied."""
@@ -241,10 +236,14 @@ class Engine:
         self.jobs.cancel(job_id)
 
     # -- views -------------------------------------------------------------------------------------------
+    @property
+    def requests(self) -> dict[str, Sequence]:
+        """The unfinished requests by id (the planner's)."""
+        return self.planner.by_id
+
     def busy(self) -> bool:
         """Jobs queued, or a realtime request in flight: optional work had better wait."""
-        seqs = [*self.planner.running, *self.planner.waiting]
-        return bool(self.jobs) or any(s.cls is RequestClass.REALTIME for s in seqs)
+        return bool(self.jobs) or any(s.cls is RequestClass.REALTIME for s in self.planner.sequences)
 
     def check_pool(self) -> None:
-        self.pool.check([s.pages for s in self.planner.running + self.planner.waiting])
+        self.pool.check([s.pages for s in self.planner.sequences])

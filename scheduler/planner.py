@@ -71,15 +71,38 @@ class StepPlanner:
         self.config, self.pool = config, pool
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
+        self.by_id: dict[str, Sequence] = {}  # the unfinished sequences by request id
         self.output_lengths: deque[int] = deque(maxlen=256)
         self.live_sessions: set[str] = set()  # calls in progress, whose next turn may start at any moment
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
+        self.by_id[seq.request_id] = seq
 
     @property
     def idle(self) -> bool:
         return not self.waiting and not self.running
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        return self.running + self.waiting
+
+    def stuck(self) -> list[Sequence]:
+        """Waiting sequences when nothing runs and the last plan held nothing: the pool is too small."""
+        return [] if self.running else list(self.waiting)
+
+    def open_session(self, session: str) -> None:
+        self.live_sessions.add(session)
+
+    def close_session(self, session: str) -> None:
+        """A call ended: its kept conversation prefix may go."""
+        self.live_sessions.discard(session)
+        self.pool.unpin(session)
+
+    def remap(self, moves: dict[int, int]) -> None:
+        """Compaction moved pages: the running sequences' page tables follow."""
+        for seq in self.running:
+            seq.pages = [moves.get(p, p) for p in seq.pages]
 
     # -- priorities ------------------------------------------------------------------------------------
     def pressing(self, seq: Sequence, now: float) -> bool:
@@ -260,6 +283,7 @@ class StepPlanner:
     def finish(self, seq: Sequence) -> None:
         """Release a finished sequence (a static batch keeps it as padding until the batch ends)."""
         seq.status = Status.FINISHED
+        self.by_id.pop(seq.request_id, None)
         self.output_lengths.append(len(seq.output_ids))
         if self.config.policy == "static" and any(s.status is Status.RUNNING for s in self.running):
             return
@@ -280,4 +304,5 @@ class StepPlanner:
 
     def abort(self, seq: Sequence) -> None:
         seq.status = Status.FINISHED
+        self.by_id.pop(seq.request_id, None)
         self._release(seq)

@@ -8,6 +8,7 @@ import pytest
 import pytest_asyncio
 from fake_call import fake_server
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from voicepipe.limits import Limits
 
@@ -157,3 +158,16 @@ async def test_a_text_only_session_answers_in_text_until_a_reply_asks_for_audio(
         await call.send({"type": "response.create", "response": {"output_modalities": ["audio"]}})
         await call.until("response.output_audio_transcript.delta")  # this one reply is spoken
         await call.until("response.done")
+
+
+@pytest.mark.parametrize("path", ["/ws", "/v1/realtime"])
+async def test_a_call_beyond_the_limit_is_refused_with_an_error_it_can_read(path):
+    async with fake_server(Limits(max_calls=1)) as (server, _):
+        async with connect(f"ws://127.0.0.1:{server.port}{path}") as first:
+            await first.recv()  # session.created: the one call the server takes
+            async with connect(f"ws://127.0.0.1:{server.port}{path}") as second:
+                refused = json.loads(await asyncio.wait_for(second.recv(), 10))
+                assert refused["type"] == "error" and refused["error"]["code"] == "too_many_calls"
+                with pytest.raises(ConnectionClosed):
+                    await asyncio.wait_for(second.recv(), 10)
+                assert second.close_code == 1013

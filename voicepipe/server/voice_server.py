@@ -1,7 +1,6 @@
 """The voice server: one ASGI app on uvicorn, in the caller's event loop, holding the calls."""
 
 import asyncio
-import json
 import logging
 import socket
 from collections.abc import Callable
@@ -130,7 +129,7 @@ class VoiceServer:
             code, reason, message = refusal
             self.metrics.refused.labels(reason).inc()
             log.info("refused a call: %s", message)
-            await transport.send(json.dumps(protocol.error(reason, message, "server_error")))
+            await transport.send(protocol.error(reason, message, "server_error"))
             await line.close(code, reason.replace("_", " "))
             return
         session = Session(transport, self.runtime, self.limits, self.call_config, may_tune=access.may_tune)
