@@ -106,15 +106,14 @@ async def test_the_llm_deadline_follows_the_audio_the_caller_has_buffered():
     pacing = Pacing(tts_estimate_s=0.4, chars_per_s=10.0)
     turn = Turn("resp_1", "req_1", "item_1", 100.0, 101.5)
     assert pacing.llm_deadline(turn, 100.0) == pytest.approx(101.1)  # before audio: the turn's deadline
-    start, _ = pacing.schedule(3.0, 102.0)  # the first audio (a gap before it is no underrun)
-    turn.playback.append((0, start, 3.0))
+    start, _ = pacing.schedule(turn, 3.0, 102.0)  # the first audio (a gap before it is no underrun)
     assert start == 102.0
     assert pacing.llm_deadline(turn, 102.0) == pytest.approx(104.6)  # the buffer runs dry at 105
     pacing.expect(turn, 1, "x" * 20)  # a sentence being synthesized: 2 s more audio to come
     assert pacing.llm_deadline(turn, 102.0) == pytest.approx(106.6)
     pacing.synthesized(turn, 1, "x" * 20, audio_s=2.0, work_s=0.4)
     assert pacing.llm_deadline(turn, 102.0) == pytest.approx(104.6)
-    assert pacing.schedule(1.0, 106.0) == (106.0, 1.0)  # arriving after the buffer ran dry: a 1 s gap
+    assert pacing.schedule(turn, 1.0, 106.0) == (106.0, 1.0)  # arriving after the buffer ran dry: a 1 s gap
 
 
 async def test_scheduled_audio_moves_the_llm_deadline_through_feedback_until_the_text_is_done():
@@ -123,7 +122,7 @@ async def test_scheduled_audio_moves_the_llm_deadline_through_feedback_until_the
     await call.utterance()
     llm_stage, output = call.pipeline.stages[2], call.pipeline.stages[-1]
     turn, request, pacing = llm_stage.turn, call.engine.requests[-1], llm_stage.pacing
-    pacing.schedule(3.0, time.monotonic())  # the caller has 3 s of audio queued
+    pacing.schedule(turn, 3.0, time.monotonic())  # the caller has 3 s of audio queued
     before = len(request.deadlines)
     output.emit_upstream(Paced(turn))  # from the last stage, past TTS and the sentences, to the LLM stage
     await call.push()
@@ -247,3 +246,20 @@ async def test_a_reply_paused_by_speech_the_client_then_clears_plays_on():
     await call.push(InputCleared("item_2"))  # input_audio_buffer.clear: the interruption is gone unheard
     assert sum(isinstance(m, bytes) for m in call.client.messages) > frames  # the rest of the reply follows
     await call.close()
+
+
+def test_what_was_heard_is_whole_sentences_then_a_share_of_the_one_playing():
+    from voicepipe.pipeline.heard import Heard
+
+    heard = Heard()
+    heard.add(0, "Paris is the capital.", start=10.0, seconds=2.0)
+    heard.add(1, "It is a big old city.", start=12.0, seconds=3.0)
+    assert heard.played_text(13.5) == "Paris is the capital. It is a"  # half of the second sentence
+    assert heard.text_until(2.0) == "Paris is the capital."  # a client that played 2 s of it
+    heard.cut(11.0)  # the caller spoke at 11 s: half the first sentence, nothing after
+    assert heard.played_text(20.0) == "Paris is" and heard.stopped_at == 11.0
+    heard.stopped_at = None  # it was only a backchannel: the rest plays on from the pause
+    heard.add(0, "Paris is the capital.", start=11.5, seconds=1.0, resumed=True)
+    heard.add(1, "It is a big old city.", start=12.5, seconds=3.0, resumed=True)
+    assert heard.played_text(20.0) == "Paris is the capital. It is a big old city."
+    assert heard.played_text(14.0) == "Paris is the capital. It is a"

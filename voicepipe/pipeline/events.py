@@ -317,11 +317,12 @@ class Sentence(Event):
 
 @dataclass(frozen=True, slots=True)
 class AudioOut(Event):
-    """Reply audio: int16 mono at the TTS rate, synthesized from sentence `index`."""
+    """Reply audio: int16 mono at the TTS rate, synthesized from sentence `index`, whose `text` it says."""
 
     turn: Turn
     pcm: np.ndarray
     index: int
+    text: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from voicepipe.pipeline.events import (
     TurnConfirmed,
     TurnDone,
 )
+from voicepipe.pipeline.heard import Heard
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
@@ -69,12 +70,13 @@ class ClientOutput(Stage):
         self.conversation = conversation
         self.metrics = turn_metrics(registry)
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
-        self._sent: list[tuple[int, float, np.ndarray]] = []  # its audio: (sentence, start, pcm)
+        self._sent: list[tuple[int, str, float, np.ndarray]] = []  # its audio: (sentence, text, start, pcm)
         self._current: Turn | None = None  # the newest turn the caller heard of, until it is finished
         self._paused: Turn | None = None  # the turn a barge-in paused, and what it has withheld since
         self._withheld: list[AudioOut | TurnDone] = []
         self._held: dict[Turn, list[Event]] = {}
         self._recent: dict[str, Turn] = {}  # by assistant item id, the last RECENT_TURNS turns
+        self._heard: dict[Turn, Heard] = {}  # what the caller heard of each of them
 
     async def process(self, event: Event) -> None:
         turn: Turn | None = getattr(event, "turn", None)
@@ -134,7 +136,7 @@ class ClientOutput(Stage):
             self._current = turn
             self._recent[turn.output_item_id] = turn
             while len(self._recent) > RECENT_TURNS:
-                del self._recent[next(iter(self._recent))]
+                self._heard.pop(self._recent.pop(next(iter(self._recent))), None)
             await self.send(protocol.response_created(turn.response_id, turn.output_item_id, event.metadata,
                                                       turn.spoken, event.out_of_band))
         elif isinstance(event, TextDelta):
@@ -142,7 +144,7 @@ class ClientOutput(Stage):
         elif isinstance(event, AudioOut):
             await self._audio(event)
         elif isinstance(event, TurnDone):
-            if event.turn.playback:
+            if self._heard_of(event.turn).chunks:
                 await self.send(protocol.audio_done(event.turn.response_id))
             await self._finish(event.turn, "completed")
         elif isinstance(event, TurnCancelled):
@@ -157,23 +159,27 @@ class ClientOutput(Stage):
     async def _audio(self, event: AudioOut, resumed: bool = False) -> None:
         step = int(MAX_FRAME_S * self.sample_rate)
         for start in range(0, len(event.pcm), step):
-            await self._play(event.turn, event.index, event.pcm[start:start + step], time.monotonic(), resumed)
+            await self._play(event, event.pcm[start:start + step], time.monotonic(), resumed)
 
-    async def _play(self, turn: Turn, index: int, pcm: np.ndarray, now: float, resumed: bool = False) -> None:
+    def _heard_of(self, turn: Turn) -> Heard:
+        return self._heard.setdefault(turn, Heard())
+
+    async def _play(self, audio: AudioOut, pcm: np.ndarray, now: float, resumed: bool = False) -> None:
+        turn, heard = audio.turn, self._heard_of(audio.turn)
         if turn.cancelled:
             return
         seconds = len(pcm) / self.sample_rate
-        first = not turn.playback
-        start, gap = self.pacing.schedule(seconds, now)
+        first = not heard.chunks
+        start, gap = self.pacing.schedule(turn, seconds, now)
         if first:
             turn.mark("first_audio", now)
         elif gap > 0 and not resumed:
-            turn.underruns += 1
+            heard.underruns += 1
             self.metrics.underruns.inc()
-        turn.playback.append((index, start, seconds))
+        heard.add(audio.index, audio.text, start, seconds, resumed)
         if self._audible is not turn:
             self._sent = []
-        self._sent.append((index, start, pcm))
+        self._sent.append((audio.index, audio.text, start, pcm))
         self._audible = turn
         self.emit_upstream(Paced(turn))
         await self.send(protocol.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate),
@@ -188,12 +194,10 @@ class ClientOutput(Stage):
             return
         self._paused, self._withheld = turn, []
         if audible is turn:
-            rest = [(index, pcm[max(0, int((now - start) * self.sample_rate)):])
-                    for index, start, pcm in self._sent if start + len(pcm) / self.sample_rate > now]
-            self._withheld = [AudioOut(turn, pcm, index) for index, pcm in rest if len(pcm)]
-            turn.playback = [(index, start, min(seconds, now - start)) for index, start, seconds in turn.playback
-                             if start < now]
-            turn.stop_audio(now)
+            rest = [(index, text, pcm[max(0, int((now - start) * self.sample_rate)):])
+                    for index, text, start, pcm in self._sent if start + len(pcm) / self.sample_rate > now]
+            self._withheld = [AudioOut(turn, pcm, index, text) for index, text, pcm in rest if len(pcm)]
+            self._heard_of(turn).cut(now)
             await self._clear_playback(turn, now)
         self.emit_upstream(PlaybackPaused(item_id))
 
@@ -203,11 +207,12 @@ class ClientOutput(Stage):
         self._paused, self._withheld = None, []
         if turn is None:
             return
+        heard = self._heard_of(turn)
         if real:
-            if turn.audio_stopped_at is not None:
-                await self._stop_audio(turn, turn.audio_stopped_at)
+            if heard.stopped_at is not None:
+                await self._stop_audio(turn, heard.stopped_at)
             return
-        turn.audio_stopped_at = None
+        heard.stopped_at = None
         for event in withheld:
             if isinstance(event, AudioOut):
                 await self._audio(event, resumed=True)
@@ -222,8 +227,9 @@ class ClientOutput(Stage):
     async def _stop_audio(self, turn: Turn, now: float, heard: str | None = None) -> None:
         """Cut the turn's audio off: the conversation keeps only the text the caller heard (by default,
         what had played by `now`)."""
-        turn.stop_audio(now)
-        self.conversation.truncate(turn.output_item_id, turn.played_text(now) if heard is None else heard)
+        record = self._heard_of(turn)
+        record.stop(now)
+        self.conversation.truncate(turn.output_item_id, record.played_text(now) if heard is None else heard)
         if self._audible is turn:
             await self._clear_playback(turn, now)
 
@@ -240,7 +246,7 @@ class ClientOutput(Stage):
         if turn is None:
             await self.send(protocol.error("item_not_found", f"no assistant item {event.item_id!r} to truncate"))
             return
-        await self._stop_audio(turn, now, turn.text_until(event.audio_end_ms / 1000))
+        await self._stop_audio(turn, now, self._heard_of(turn).text_until(event.audio_end_ms / 1000))
         await self.send(protocol.item_truncated(event.item_id, event.audio_end_ms))
 
     async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:
@@ -256,7 +262,7 @@ class ClientOutput(Stage):
         self.metrics.turn_ended(outcome, first_audio, turn.timings)
         said = self.conversation.get(turn.output_item_id)
         timings = {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()}
-        details = {"timings": timings, "deadline_met": met, "underruns": turn.underruns}
+        details = {"timings": timings, "deadline_met": met, "underruns": self._heard_of(turn).underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
         calls = tuple(protocol.function_call_item(item_id, c.call_id, c.name, c.arguments) for item_id, c in turn.calls)

@@ -20,6 +20,7 @@ class Pacing:
 
     def __init__(self, tts_estimate_s: float = 0.4, chars_per_s: float = 15.0) -> None:
         self.playout_end = 0.0
+        self._playing: Turn | None = None  # the turn whose audio was scheduled last
         self.tts_estimate_s = tts_estimate_s  # time to synthesize a sentence
         self.chars_per_s = chars_per_s  # characters of text per second of speech
         self._turn: Turn | None = None  # the turn whose sentences are being synthesized
@@ -29,8 +30,9 @@ class Pacing:
     def buffered(self, now: float) -> float:
         return max(0.0, self.playout_end - now)
 
-    def schedule(self, seconds: float, now: float) -> tuple[float, float]:
-        """Queue a chunk for playback; returns its start and the gap the caller heard before it."""
+    def schedule(self, turn: Turn, seconds: float, now: float) -> tuple[float, float]:
+        """Queue a chunk of `turn` for playback; returns its start and the gap the caller heard before it."""
+        self._playing = turn
         gap = max(0.0, now - self.playout_end)
         start = max(now, self.playout_end)
         self.playout_end = start + seconds
@@ -57,7 +59,7 @@ class Pacing:
 
     # -- deadlines -------------------------------------------------------------------------------------------
     def tts_deadline(self, turn: Turn) -> float:
-        return self.playout_end if turn.playback else turn.deadline
+        return self.playout_end if turn is self._playing else turn.deadline
 
     def llm_deadline(self, turn: Turn, now: float) -> float:
         audio_end = self.tts_deadline(turn)

@@ -17,6 +17,7 @@ class SentenceAggregator(Stage):
         super().__init__()
         self.clause_chars = clause_chars
         self.buffer = ""
+        self.sent = 0  # sentences of the current turn sent on so far
 
     async def process(self, event: Event) -> None:
         if isinstance(event, TextDone):
@@ -24,10 +25,10 @@ class SentenceAggregator(Stage):
             self.buffer = ""
         self.emit(event)
         if isinstance(event, (ResponseCreated, TurnCancelled)):
-            self.buffer = ""
+            self.buffer, self.sent = "", 0
         elif isinstance(event, TextDelta):
             self.buffer += event.text
-            first = None if event.turn.sentences else self.clause_chars
+            first = None if self.sent else self.clause_chars
             pieces, self.buffer = split_ready(self.buffer, first)
             for piece in pieces:
                 self._send(event.turn, piece)
@@ -35,6 +36,6 @@ class SentenceAggregator(Stage):
     def _send(self, turn: Turn, text: str) -> None:
         text = speakable(text)
         if text:
-            turn.sentences.append(text)
             turn.mark("first_sentence")
-            self.emit(Sentence(turn, text, len(turn.sentences) - 1))
+            self.emit(Sentence(turn, text, self.sent))
+            self.sent += 1

@@ -71,5 +71,5 @@ class TTSStage(Stage):
             audio_s = sum(len(c) for c in chunks) / self.sample_rate
             self.pacing.synthesized(turn, sentence.index, sentence.text, audio_s, seconds)
             for pcm in chunks:
-                self.emit(AudioOut(turn, pcm, sentence.index))
+                self.emit(AudioOut(turn, pcm, sentence.index, sentence.text))
         self.emit(TurnDone(turn))

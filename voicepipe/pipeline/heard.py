@@ -1,0 +1,65 @@
+"""What the caller heard of one reply: its audio chunks as they were scheduled for playback, and the words
+they carry. The output stage owns one per turn whose audio it sent; it is how a reply cut off by the
+caller, or truncated by the client, keeps in the conversation only the words that were played."""
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Heard:
+    sentences: dict[int, str] = field(default_factory=dict)  # sentence index -> its text
+    chunks: list[tuple[int, float, float]] = field(default_factory=list)  # (sentence, start, seconds)
+    lengths: dict[int, float] = field(default_factory=lambda: defaultdict(float))  # each sentence's audio
+    underruns: int = 0  # chunks that arrived after the caller's buffer had run dry
+    stopped_at: float | None = None  # when the caller's playback of it was cut off
+
+    def add(self, index: int, text: str, start: float, seconds: float, resumed: bool = False) -> None:
+        """A chunk scheduled for playback. `resumed`: played on after a pause; the rest of a sentence cut
+        there adds nothing to its length (counted when it first played), a sentence new since does."""
+        self.sentences[index] = text
+        self.chunks.append((index, start, seconds))
+        if not resumed or index not in self.lengths:
+            self.lengths[index] += seconds
+
+    def cut(self, now: float) -> None:
+        """The caller's playback stopped at `now`: chunks keep only what had played."""
+        self.chunks = [(index, start, min(seconds, now - start)) for index, start, seconds in self.chunks
+                       if start < now]
+        self.stop(now)
+
+    def stop(self, now: float) -> None:
+        """Nothing after `now` counts as heard (the first stop holds)."""
+        if self.stopped_at is None:
+            self.stopped_at = now
+
+    def played_text(self, now: float) -> str:
+        """The reply as far as the caller heard it by `now`: whole sentences, then a share of the words of
+        the sentence playing, in proportion to its audio played (as the Realtime API truncates)."""
+        if self.stopped_at is not None:
+            now = min(now, self.stopped_at)
+        return self._words(lambda start, seconds, before: min(max(now - start, 0.0), seconds))
+
+    def text_until(self, audio_s: float) -> str:
+        """The reply as far as its first `audio_s` seconds of audio say (what a client that stopped playing
+        there heard)."""
+        return self._words(lambda start, seconds, before: min(max(audio_s - before, 0.0), seconds))
+
+    def _words(self, played_of: Callable[[float, float, float], float]) -> str:
+        """Words heard, given how many seconds of each chunk (start, seconds, audio before it) were played."""
+        played: dict[int, float] = defaultdict(float)
+        before = 0.0
+        for index, start, seconds in self.chunks:
+            played[index] += played_of(start, seconds, before)
+            before += seconds
+        heard: list[str] = []
+        for index in sorted(played):
+            words = self.sentences[index].split()
+            total = self.lengths[index]
+            share = played[index] / total if total else 1.0
+            keep = len(words) if share >= 0.999 else int(share * len(words))
+            heard += words[:keep]
+            if keep < len(words):
+                break
+        return " ".join(heard)
