@@ -84,8 +84,12 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if settings.replicas:
         from voicepipe.cluster import run_cluster
+        from voicepipe.cluster.placement import PlacementError
 
-        return run_cluster(settings)
+        try:
+            return run_cluster(settings)
+        except PlacementError as e:
+            raise UsageError(str(e)) from None
     sock = bind_socket(settings.host, settings.port)
     try:
         asyncio.run(serve_spawned(ModelOptions.pick({**vars(args), **settings.model_options()}), settings, sock))

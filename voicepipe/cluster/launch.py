@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 
+from voicepipe.cluster.placement import PlacementError
 from voicepipe.cluster.proxy_hook import IMPORT_PATH
 from voicepipe.server.run import say
 from voicepipe.server.settings import ServeSettings
@@ -16,17 +17,16 @@ HOOK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 
 def run_cluster(settings: ServeSettings) -> int:
     """Serve until SIGTERM or SIGINT. A Ray started here is stopped on the way out, with every process it
-    started; on a cluster given by --ray-address only this application is deleted."""
-    from voicepipe.cli.command import UsageError
-
+    started; on a cluster given by --ray-address only this application is deleted. PlacementError when
+    Ray Serve is missing or the cluster cannot hold the replicas."""
     try:
         import ray
         from ray import serve
     except ImportError:
-        raise UsageError("--replicas needs Ray Serve: pip install 'voicepipe[cluster]'") from None
+        raise PlacementError("--replicas needs Ray Serve: pip install 'voicepipe[cluster]'") from None
     from voicepipe.cluster.deployment import build
     from voicepipe.cluster.fleet_status import APP
-    from voicepipe.cluster.placement import PlacementError, place
+    from voicepipe.cluster.placement import place
 
     own = settings.ray_address is None
     os.environ.setdefault(HOOK_ENV, IMPORT_PATH)  # read by the proxies of the Ray started here
@@ -35,10 +35,7 @@ def run_cluster(settings: ServeSettings) -> int:
              configure_logging=False)
     stop = threading.Event()
     try:
-        try:
-            placement = place(settings.replicas, settings.device, ray.cluster_resources())
-        except PlacementError as e:
-            raise UsageError(str(e)) from None
+        placement = place(settings.replicas, settings.device, ray.cluster_resources())
         settings = dataclasses.replace(settings, device=placement.device)
         serve.start(http_options={"host": settings.host, "port": settings.port})
         say(f"starting {placement.describe(settings.replicas)}; each loads the models and warms up ...")
