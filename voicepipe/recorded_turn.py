@@ -14,6 +14,7 @@ import numpy as np
 from voicepipe.audio import read_audio, to_pcm16
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig
+from voicepipe.pipeline.turn import Mark
 from voicepipe.protocol import ServerEvent
 from voicepipe.runtime import Runtime
 from voicepipe.session import Session
@@ -96,9 +97,9 @@ def stage_timings(timings: dict[str, float]) -> dict[str, float | None]:
         return timings.get(f"{stage}_s")
 
     def since_request(stage: str) -> float | None:
-        value, start = at(stage), at("reply_started")
+        value, start = at(stage), at(Mark.REPLY_STARTED)
         return None if value is None or start is None else value - start
 
-    return {"asr_s": at("final_transcript"), "llm_first_token_s": since_request("first_token"),
-            "llm_total_s": since_request("text_done"), "tts_first_audio_s": at("first_audio"),
-            "total_s": at("done")}
+    return {"asr_s": at(Mark.FINAL_TRANSCRIPT), "llm_first_token_s": since_request(Mark.FIRST_TOKEN),
+            "llm_total_s": since_request(Mark.TEXT_DONE), "tts_first_audio_s": at(Mark.FIRST_AUDIO),
+            "total_s": at(Mark.DONE)}

@@ -44,7 +44,7 @@ from voicepipe.pipeline.events import (
 )
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.turn import Turn
+from voicepipe.pipeline.turn import Mark, Turn
 
 
 class LLMStage(Stage):
@@ -212,7 +212,7 @@ class LLMStage(Stage):
         if not asked.out_of_band:
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
         if transcript_at is not None:
-            turn.mark("final_transcript", transcript_at)
+            turn.mark(Mark.FINAL_TRANSCRIPT, transcript_at)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens,
                                               instructions=asked.instructions)
         # Out of band, the reply shares no prefix with the conversation's session.
@@ -236,7 +236,7 @@ class LLMStage(Stage):
 
     def _confirm(self, turn: Turn, final: TranscriptFinal) -> None:
         turn.confirm(final.speech_end, final.speech_end + self.config.ttfa_s)
-        turn.mark("final_transcript", final.speech_end + final.ready_s)
+        turn.mark(Mark.FINAL_TRANSCRIPT, final.speech_end + final.ready_s)
         self.conversation.add("user", self._speculated, final.item_id, spoken=True)
         self.conversation.add("assistant", turn.text, turn.output_item_id, spoken=turn.spoken)
         for item_id, call in turn.calls:
@@ -275,7 +275,7 @@ class LLMStage(Stage):
         asked = asked or ResponseRequested()
         self.turn = turn
         turn.prompt_tokens = len(prompt)
-        turn.mark("reply_started")  # before the end of speech (a negative time) when speculative
+        turn.mark(Mark.REPLY_STARTED)  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
         self.emit(ResponseCreated(turn, turn.speculative, asked.metadata, asked.out_of_band))
         self._task = self.spawn(self._respond(turn, prompt, cls, session, asked.max_tokens or self.config.max_tokens))
@@ -292,7 +292,7 @@ class LLMStage(Stage):
         async with aclosing(stream) as outputs:
             async for out in outputs:
                 if out.token_id is not None:
-                    turn.mark("first_token")
+                    turn.mark(Mark.FIRST_TOKEN)
                     turn.output_tokens += 1
                 if out.text or out.finished:
                     pieces = [("text", out.text)] if parser is None else parser.feed(out.text)
@@ -300,6 +300,6 @@ class LLMStage(Stage):
                 if out.finished and (out.finish_reason or "").startswith("error"):
                     self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
         turn.llm_done = True
-        turn.mark("text_done")
+        turn.mark(Mark.TEXT_DONE)
         self.conversation.set_reply(turn.output_item_id, turn.text)
         self.emit(TextDone(turn))

@@ -37,7 +37,7 @@ from voicepipe.pipeline.events import (
 from voicepipe.pipeline.heard import Heard
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.turn import Turn
+from voicepipe.pipeline.turn import Mark, Turn
 from voicepipe.pipeline.turn_metrics import turn_metrics
 
 # send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
@@ -172,7 +172,7 @@ class ClientOutput(Stage):
         first = not heard.chunks
         start, gap = self.pacing.schedule(turn, seconds, now)
         if first:
-            turn.mark("first_audio", now)
+            turn.mark(Mark.FIRST_AUDIO, now)
         elif gap > 0 and not resumed:
             heard.underruns += 1
             self.metrics.underruns.inc()
@@ -251,8 +251,8 @@ class ClientOutput(Stage):
 
     async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:
         turn.finished = True
-        turn.mark("done")
-        first_audio = turn.timings.get("first_audio")
+        turn.mark(Mark.DONE)
+        first_audio = turn.timings.get(Mark.FIRST_AUDIO)
         met: bool | None = None
         if first_audio is not None:
             met = turn.speech_end + first_audio <= turn.deadline

@@ -2,7 +2,7 @@
 
 from voicepipe.pipeline.events import Event, ResponseCreated, Sentence, TextDelta, TextDone, TurnCancelled
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.turn import Turn
+from voicepipe.pipeline.turn import Mark, Turn
 from voicepipe.sentence_split import speakable, split_ready
 
 
@@ -36,6 +36,6 @@ class SentenceAggregator(Stage):
     def _send(self, turn: Turn, text: str) -> None:
         text = speakable(text)
         if text:
-            turn.mark("first_sentence")
+            turn.mark(Mark.FIRST_SENTENCE)
             self.emit(Sentence(turn, text, self.sent))
             self.sent += 1

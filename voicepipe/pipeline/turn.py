@@ -7,14 +7,26 @@ from dataclasses import dataclass, field
 from voicepipe.ids import new_id
 
 
+class Mark:
+    """The moments of a turn its `timings` name (seconds from the end of the caller's speech), in order;
+    each is marked by one stage."""
+
+    REPLY_STARTED = "reply_started"  # the LLM request was queued (LLM stage)
+    FINAL_TRANSCRIPT = "final_transcript"  # the utterance's final transcript was ready (LLM stage)
+    FIRST_TOKEN = "first_token"  # (LLM stage)
+    FIRST_SENTENCE = "first_sentence"  # the first piece went to synthesis (sentence aggregator)
+    TEXT_DONE = "text_done"  # the LLM's answer was complete (LLM stage)
+    FIRST_AUDIO = "first_audio"  # its first audio was sent to the caller (output stage)
+    DONE = "done"  # response.done was sent (output stage)
+
+
 @dataclass(eq=False)
 class Turn:
     """Ids, deadline and timings of one response, and what its LLM stage wrote (text, tokens, calls;
     `cancelled`). Each field has one writer: the LLM stage, except `finished` (the output stage, when it
     sends response.done) and each stage's own key of `timings`.
 
-    Timings are seconds from the end of the caller's speech (`speech_end`), keyed by stage:
-    final_transcript, first_token, first_sentence, first_audio.
+    Timings are seconds from the end of the caller's speech (`speech_end`), keyed by `Mark`.
     """
 
     response_id: str
