@@ -171,3 +171,14 @@ async def test_a_call_beyond_the_limit_is_refused_with_an_error_it_can_read(path
                 with pytest.raises(ConnectionClosed):
                     await asyncio.wait_for(second.recv(), 10)
                 assert second.close_code == 1013
+
+
+async def test_an_oversized_realtime_event_is_refused_before_it_is_parsed_and_the_call_goes_on():
+    async with fake_server(Limits(max_message_bytes=1000)) as (server, _):
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
+            call = Realtime(ws)
+            await call.until("session.created")
+            error = await call.error_for({"type": "conversation.item.create", "item": "x" * 2000})
+            assert error["code"] == "message_too_large" and "over the limit of 1000" in error["message"]
+            await call.send(text("user", "Still there?"))
+            assert (await call.until("conversation.item.added"))["item"]["content"][0]["text"] == "Still there?"

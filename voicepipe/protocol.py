@@ -63,6 +63,15 @@ def error(code: str, message: str, kind: str = "invalid_request_error", event_id
                                                  "event_id": event_id}}
 
 
+def too_large(message: str | bytes, limit: int) -> dict | None:
+    """The error for a client message of more than `limit` bytes (None when it is within it): checked
+    before a message is parsed, by whoever parses it first."""
+    size = len(message) if isinstance(message, bytes) else len(message.encode())
+    if size <= limit:
+        return None
+    return error("message_too_large", f"a message of {size} bytes is over the limit of {limit}")
+
+
 def session_event(kind: str, session: dict) -> dict:
     return {"type": kind, "session": session}
 

@@ -131,17 +131,19 @@ class Session:
         await self.send(protocol.error(code, message, event_id=self._cause))
 
     # -- client messages -------------------------------------------------------------------------------------
-    async def _handle(self, message: str | bytes) -> None:
-        size = len(message) if isinstance(message, bytes) else len(message.encode())
-        if size > self.limits.max_message_bytes:
-            await self.error("message_too_large",
-                             f"a message of {size} bytes is over the limit of {self.limits.max_message_bytes}")
-            return
+    async def _handle(self, message: str | bytes | dict) -> None:
+        """One client message: audio, an event as text, or an event a dialect already parsed (and whose
+        size it checked)."""
+        if not isinstance(message, dict):
+            refused = protocol.too_large(message, self.limits.max_message_bytes)
+            if refused is not None:
+                await self.send(refused)
+                return
         if isinstance(message, bytes):
             await self._audio(message)
             return
         try:
-            event = json.loads(message)
+            event = message if isinstance(message, dict) else json.loads(message)
         except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser goes
             await self.error("invalid_json", f"the message is not valid JSON ({type(e).__name__}: {e})")
             return

@@ -61,7 +61,8 @@ def build_app(server: "VoiceServer") -> FastAPI:
     async def realtime_call(ws: WebSocket) -> None:
         beta = ws.headers.get("openai-beta", "").startswith("realtime=v1")
         await server.serve_call(ws, ws.scope["voicepipe.access"], "realtime",
-                                lambda line: RealtimeDialect(line, server.runtime, beta=beta))
+                                lambda line: RealtimeDialect(line, server.runtime, server.limits.max_message_bytes,
+                                                             beta=beta))
 
     install_error_handlers(app)
     app.include_router(build_router(server.runtime, server.limits, server.metrics))

@@ -38,8 +38,8 @@ BETA_NAMES = {"response.output_audio.delta": "response.audio.delta",
 class RealtimeDialect:
     """A Transport speaking the Realtime API to `line` and the native protocol to the session."""
 
-    def __init__(self, line: Transport, runtime: Runtime, beta: bool = False) -> None:
-        self.line, self.beta = line, beta
+    def __init__(self, line: Transport, runtime: Runtime, max_message_bytes: int, beta: bool = False) -> None:
+        self.line, self.beta, self.max_message_bytes = line, beta, max_message_bytes
         self.model = runtime.model_id
         self.tts_rate = runtime.tts_rate
         self._mic = soxr.ResampleStream(RATE, SAMPLE_RATE, 1, dtype="int16")
@@ -49,12 +49,16 @@ class RealtimeDialect:
         self._items: list[str] = []  # the conversation's item ids in order: a new one follows the last
 
     # -- client -> session -----------------------------------------------------------------------------------
-    async def recv(self) -> str | bytes:
+    async def recv(self) -> str | bytes | dict:
         while True:
             message = await self.line.recv()
             if isinstance(message, bytes):
                 await self._send(protocol.error("invalid_event", "send audio as input_audio_buffer.append events "
                                                "(base64 PCM16 at 24 kHz), not binary frames"))
+                continue
+            refused = protocol.too_large(message, self.max_message_bytes)
+            if refused is not None:
+                await self._send(refused)
                 continue
             try:
                 event = json.loads(message)
@@ -64,7 +68,7 @@ class RealtimeDialect:
             if native is not None:
                 return native
 
-    async def _inbound(self, event: dict) -> str | bytes | None:
+    async def _inbound(self, event: dict) -> bytes | dict | None:
         kind = event.get("type")
         cause = protocol.event_id_of(event)
         if kind == ClientEvent.AUDIO_APPEND:
@@ -80,11 +84,11 @@ class RealtimeDialect:
             return self._mic.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2").tobytes() or None
         if kind == ClientEvent.SESSION_UPDATE:
             try:
-                return json.dumps({"type": ClientEvent.SESSION_UPDATE, "session": native_update(event.get("session"))})
+                return {"type": ClientEvent.SESSION_UPDATE, "session": native_update(event.get("session"))}
             except UnsupportedSession as e:
                 await self._send(protocol.error("unsupported_session", str(e), event_id=cause))
                 return None
-        return json.dumps(event)  # the rest has the same name and shape natively (or the session says so)
+        return event  # the rest has the same name and shape natively (or the session says so)
 
     # -- session -> client -----------------------------------------------------------------------------------
     async def send(self, message: dict | bytes) -> None:
