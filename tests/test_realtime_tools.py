@@ -11,7 +11,7 @@ import numpy as np
 import openai
 import pytest
 import pytest_asyncio
-from fake_call import SECOND, Call, fake_server
+from fake_call import QUESTION, SECOND, Call, fake_server
 
 from voicepipe import tools
 from voicepipe.limits import Limits
@@ -107,4 +107,14 @@ async def test_in_a_call_a_tool_call_is_silent_and_the_answer_after_it_counts_fr
     assert answer["output"][0]["text"] == "The answer is 1591."
     assert [m for m in call.client.messages if isinstance(m, bytes)]  # the answer is spoken
     assert answer["timings"]["first_audio_s"] >= asked - spoke  # from the caller's speech, not the request
+    await call.close()
+
+
+async def test_an_out_of_band_reply_may_call_but_its_call_stays_out_of_the_conversation():
+    call = Call(reply=CALL, tools=tuple(tools.parse_tools([MULTIPLY], nested=False)), tool_choice="required")
+    await call.push(ItemCreated("item_q", "user", QUESTION), ResponseRequested(out_of_band=True))
+    while "response.done" not in call.client.kinds():
+        await asyncio.sleep(0.01)
+    assert call.client.of("response.function_call_arguments.done")  # it called
+    assert [i["role"] for i in call.conversation.items] == ["user"]  # and the conversation did not change
     await call.close()

@@ -246,8 +246,9 @@ class LLMStage(Stage):
                             self.call_id)
         self.emit(TurnConfirmed(turn))
 
-    def _said(self, turn: Turn, pieces: list[tuple[str, Any]]) -> None:
-        """The reply's text goes on to be spoken; a function call becomes an item of its own, never spoken."""
+    def _said(self, turn: Turn, pieces: list[tuple[str, Any]], in_conversation: bool) -> None:
+        """The reply's text goes on to be spoken; a function call becomes an item of its own, never spoken
+        (and, out of band, never part of the conversation)."""
         for kind, value in pieces:
             if kind == "text" and value:
                 turn.text += value
@@ -260,7 +261,7 @@ class LLMStage(Stage):
             elif kind == "end":
                 item_id = turn.calls[-1][0]
                 turn.calls[-1] = (item_id, value)
-                if not turn.speculative:  # a speculative turn's calls join the conversation if it is confirmed
+                if in_conversation and not turn.speculative:  # a speculative turn's join it if it is confirmed
                     self.conversation.add("assistant", tools.call_text(value.name, value.arguments), item_id)
                 self._called_for = turn.speech_end
                 self.emit(CallDone(turn, item_id, value))
@@ -278,10 +279,11 @@ class LLMStage(Stage):
         turn.mark(Mark.REPLY_STARTED)  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
         self.emit(ResponseCreated(turn, turn.speculative, asked.metadata, asked.out_of_band))
-        self._task = self.spawn(self._respond(turn, prompt, cls, session, asked.max_tokens or self.config.max_tokens))
+        self._task = self.spawn(self._respond(turn, prompt, cls, session, asked.max_tokens or self.config.max_tokens,
+                                              not asked.out_of_band))
 
     async def _respond(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
-                       max_tokens: int) -> None:
+                       max_tokens: int, in_conversation: bool = True) -> None:
         choice = tools.choose(list(self.config.tools), self.config.tool_choice)
         params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature,
                                 grammar=tools.grammar(list(self.config.tools), choice) if choice else None)
@@ -296,7 +298,8 @@ class LLMStage(Stage):
                     turn.output_tokens += 1
                 if out.text or out.finished:
                     pieces = [("text", out.text)] if parser is None else parser.feed(out.text)
-                    self._said(turn, pieces + (parser.flush() if parser is not None and out.finished else []))
+                    self._said(turn, pieces + (parser.flush() if parser is not None and out.finished else []),
+                               in_conversation)
                 if out.finished and (out.finish_reason or "").startswith("error"):
                     self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
         turn.llm_done = True
