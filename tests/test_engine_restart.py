@@ -42,7 +42,9 @@ async def test_a_killed_engine_fails_the_call_and_comes_back_without_a_server_re
         killed = time.monotonic()
         os.kill(first, signal.SIGKILL)
         while not any(e["error"]["code"] == "engine_unavailable" for e in call.of("error")):
-            assert time.monotonic() - killed < 2.0, call.of("error")  # noticed at once, not after a timeout
+            # Noticed at once, not after a request's timeout (tens of seconds): the bound leaves room for a
+            # loaded 2-core machine, where the server's loop has lagged past 2 s while the engine respawned.
+            assert time.monotonic() - killed < 5.0, call.of("error")
             await asyncio.sleep(0.02)
         assert await status_of(port, "/ready") == 503
         status, body = await get(port, "/ready")
