@@ -119,11 +119,10 @@ class Engine:
         logits = self.runner.run(plan)
         params = [s.params for s in sampling]
         probes = probe_rows(logits, params)
-        ids = [s.request_id if s.status is not Status.FINISHED else "" for s in sampling]
-        if any(self.constraints.constrained(i) for i in ids):
+        if self.constraints.active:  # a finished padding row has no matcher left: never masked
             t0 = time.monotonic()
-            self.constraints.mask(logits, ids)
-            step.mask_s = time.monotonic() - t0
+            if self.constraints.mask(logits, [s.request_id for s in sampling]):
+                step.mask_s = time.monotonic() - t0
         tokens = sample_rows(logits, params, [len(s.output_ids) for s in sampling]) if sampling else []
         return tokens, probes
 

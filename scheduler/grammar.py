@@ -116,29 +116,32 @@ class Constraints:
         return c.compile_structural_tag(grammar.source)
 
     def add(self, request_id: str, grammar: Grammar) -> None:
-        """A matcher for a new request; ValueError if its grammar does not compile."""
+        """A matcher for a new request, whose grammar `check_request` has checked."""
         import xgrammar as xgr
 
-        grammar.check()
         self._matchers[request_id] = xgr.GrammarMatcher(self._compile(grammar))
 
     def drop(self, request_id: str) -> None:
         self._matchers.pop(request_id, None)
 
-    def constrained(self, request_id: str) -> bool:
-        return request_id in self._matchers
+    @property
+    def active(self) -> bool:
+        """Whether any request is constrained (none: a step need not look)."""
+        return bool(self._matchers)
 
-    def mask(self, logits: torch.Tensor, request_ids: list[str]) -> None:
-        """Forbid, in place, each constrained row's tokens its grammar does not allow next."""
+    def mask(self, logits: torch.Tensor, request_ids: list[str]) -> bool:
+        """Forbid, in place, each constrained row's tokens its grammar does not allow next; False when no
+        row of the step is constrained."""
         import xgrammar as xgr
 
         rows = [row for row, rid in enumerate(request_ids) if rid in self._matchers]
         if not rows:
-            return
+            return False
         bitmask = xgr.allocate_token_bitmask(len(request_ids), logits.shape[-1])
         for row in rows:
             self._matchers[request_ids[row]].fill_next_token_bitmask(bitmask, row)
         xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device), indices=rows)
+        return True
 
     def accept(self, request_id: str, token: int) -> bool:
         """Advance the request's matcher by its sampled token; True when its grammar is complete."""

@@ -113,7 +113,7 @@ class StepPlanner:
         """The urgency of the pending model work, comparable with a job's (tier, deadline) key: pressing
         decodes share the top tier (PRESSING_TIER) with realtime jobs, and between them the earlier
         deadline goes first; otherwise the most urgent sequence's class and deadline."""
-        seqs = self.running + self.waiting
+        seqs = self.sequences
         pressing = [s.deadline for s in seqs if self.pressing(s, now)]
         if pressing:
             return (PRESSING_TIER, min(pressing))
@@ -149,7 +149,7 @@ class StepPlanner:
         budget = self._background(now)
         background_left = budget.prefill_tokens
         planned: set[int] = set()
-        for seq in sorted(self.running + self.waiting, key=lambda s: self._priority(s, now)):
+        for seq in sorted(self.sequences, key=lambda s: self._priority(s, now)):
             if tokens_left <= 0 or seqs_left <= 0:
                 break
             # While a reply is pressing, nothing but realtime work; otherwise other prompts take a share, and
@@ -177,7 +177,7 @@ class StepPlanner:
         seconds of audio buffered slows nobody down."""
         if self.config.policy != "o4":
             return Background()
-        slack = min((s.deadline - now for s in self.running + self.waiting
+        slack = min((s.deadline - now for s in self.sequences
                      if s.cls is RequestClass.REALTIME and s.deadline is not None), default=math.inf)
         if slack <= self.config.pressing_window_s:
             return REALTIME_ONLY

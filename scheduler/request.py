@@ -18,7 +18,7 @@ class RequestClass(enum.IntEnum):
 
 
 # The tier before every class: pressing realtime decodes and realtime device jobs, weighed against each
-# other by deadline (see `StepPlanner.urgency` and `jobs.job`).
+# other by deadline (see `StepPlanner.urgency` and `jobs.make_job`).
 PRESSING_TIER = -1
 
 

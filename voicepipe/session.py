@@ -264,7 +264,7 @@ class Session:
             found = tools.parse_tools(update["tools"], nested=False) if "tools" in update \
                 else list(self.config.tools)
             choice = update.get("tool_choice", self.config.tool_choice)
-            tools.choose(found, choice)
+            chosen = tools.choose(found, choice)
         except ValueError as e:
             raise InvalidUpdate(str(e)) from None
         knobs = update.get("scheduler", {})
@@ -283,7 +283,6 @@ class Session:
         self.config.spoken = spoken
         self.config.instructions = self.conversation.instructions = instructions
         self.config.tools, self.config.tool_choice = tuple(found), choice
-        chosen = tools.choose(found, choice)
         self.conversation.tool_instructions = tools.instructions(found, chosen) if chosen else ""
         return knobs
 

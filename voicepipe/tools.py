@@ -87,6 +87,16 @@ def instructions(tools: list[Tool], choice: str) -> str:
             f'{OPEN}{{"name": <name>, "arguments": <arguments as JSON>}}{CLOSE} and nothing after it.')
 
 
+def with_instructions(messages: list[dict[str, str]], told: str) -> list[dict[str, str]]:
+    """The chat `messages` with `told` (what the model may call) after their system prompt (one is made
+    when they have none; nothing changes when `told` is empty)."""
+    if not told:
+        return messages
+    if messages and messages[0]["role"] == "system":
+        return [{"role": "system", "content": f"{messages[0]['content']}\n\n{told}"}, *messages[1:]]
+    return [{"role": "system", "content": told}, *messages]
+
+
 def grammar(tools: list[Tool], choice: str) -> Grammar:
     """The structural tag holding the reply to the call format: free text with at most one call ("auto"),
     or exactly one call of any tool ("required") or of the named one."""

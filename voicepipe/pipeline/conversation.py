@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from voicepipe import tools
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.ids import new_id
 
@@ -52,8 +53,8 @@ class Conversation:
                  ) -> list[dict[str, str]]:
         said = [{"role": i["role"], "content": i["content"]} for i in [*self.items, *pending] if i["content"]]
         instructions = self.instructions if instructions is None else instructions
-        system = "\n\n".join(text for text in (instructions, self.tool_instructions) if text)
-        return [{"role": "system", "content": system}, *said] if system else said
+        system = [{"role": "system", "content": instructions}] if instructions else []
+        return [*tools.with_instructions(system, self.tool_instructions), *said]
 
     def prompt_ids(self, tokenizer: Any, max_tokens: int, pending: tuple[dict[str, str], ...] = (),
                    instructions: str | None = None) -> list[int]:

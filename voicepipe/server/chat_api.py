@@ -135,17 +135,6 @@ def response_grammar(fmt: dict[str, Any] | None) -> Grammar | None:
     return grammar
 
 
-def with_tool_instructions(messages: list[dict[str, str]], found: "list[tools.Tool]", choice: str | None
-                           ) -> list[dict[str, str]]:
-    """The messages, their system prompt telling the model what it may call (nothing, without tools)."""
-    if choice is None:
-        return messages
-    told = tools.instructions(found, choice)
-    if messages and messages[0]["role"] == "system":
-        return [{"role": "system", "content": f"{messages[0]['content']}\n\n{told}"}, *messages[1:]]
-    return [{"role": "system", "content": told}, *messages]
-
-
 def openai_error(status: int, message: str, code: str | None = None, param: str | None = None,
                  kind: str = "invalid_request_error") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
@@ -186,7 +175,8 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
             found, choice, params.grammar = body.structure()
         except ValueError as e:
             return counted(openai_error(400, str(e), "invalid_value", str(e).split(":")[0]))
-        messages = with_tool_instructions([m.as_chat() for m in body.messages], found, choice)
+        messages = tools.with_instructions([m.as_chat() for m in body.messages],
+                                           tools.instructions(found, choice) if choice else "")
         prompt = chat_prompt_ids(runtime.tokenizer, messages)
         if len(prompt) >= limit:
             return counted(openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at most "
