@@ -15,6 +15,7 @@ from voicepipe.pipeline.events import (
     InputCleared,
     ItemCreated,
     Paced,
+    Played,
     ResponseCreated,
     ResponseRequested,
     Sentence,
@@ -29,7 +30,7 @@ from voicepipe.pipeline.events import (
 )
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.sentences import SentenceAggregator
-from voicepipe.pipeline.turn import Turn
+from voicepipe.pipeline.turn import Reply, Turn
 from voicepipe.protocol import ServerEvent
 
 
@@ -97,7 +98,7 @@ async def test_only_the_first_piece_of_a_reply_may_end_at_a_clause():
     turn = Turn("resp_1", "req_1", "item_1", 0.0, 1.0)
     deltas = ["Well, as you know, the answer", " is Paris, of course. It", " is big, old, and lovely. "]
     out, _ = await run_stage(SentenceAggregator(clause_chars=16), [*(TextDelta(turn, d) for d in deltas),
-                                                                    TextDone(turn)])
+                                                                    TextDone(turn, Reply())])
     sentences = [e.text for e in out if type(e).__name__ == "Sentence"]
     assert sentences == ["Well, as you know,", "the answer is Paris, of course.", "It is big, old, and lovely."]
 
@@ -124,14 +125,14 @@ async def test_scheduled_audio_moves_the_llm_deadline_through_feedback_until_the
     turn, request, pacing = llm_stage.turn, call.engine.requests[-1], llm_stage.pacing
     pacing.schedule(turn, 3.0, time.monotonic())  # the caller has 3 s of audio queued
     before = len(request.deadlines)
-    output.emit_upstream(Paced(turn))  # from the last stage, past TTS and the sentences, to the LLM stage
+    output.emit_upstream(Played(turn, 0, "Paris.", time.monotonic(), 3.0))  # past TTS and the sentences
     await call.push()
     assert len(request.deadlines) == before + 1
     assert request.deadlines[-1] == pytest.approx(pacing.llm_deadline(turn, time.monotonic()), abs=0.05)
     call.engine.gate.set()
     await call.push()
-    assert turn.llm_done
-    output.emit_upstream(Paced(turn))
+    assert request.closed  # the reply's text is done
+    output.emit_upstream(Played(turn, 1, "It is big.", time.monotonic(), 1.0))
     await call.push()
     assert len(request.deadlines) == before + 1  # a finished request's deadline no longer moves
     await call.close()
@@ -185,6 +186,16 @@ async def test_speaking_words_over_the_reply_cuts_it_and_keeps_what_was_heard():
     heard = call.conversation.get(reply_id)["content"]
     assert len(heard.split()) < 8, heard  # at most a little of the first sentence was played
     assert call.client.kinds().count(ServerEvent.RESPONSE_CREATED) == 2  # and the new words are answered
+    await call.close()
+
+
+async def test_the_reply_to_words_said_over_a_reply_reads_only_what_was_heard_of_it():
+    call = Call(reply=LONG_REPLY)
+    reply_id = await speak_over(call, "Wait, tell me about Spain instead.")
+    heard = call.conversation.get(reply_id)["content"]
+    said = [call.tokenizer.strings[i] for i in call.engine.requests[-1].prompt]
+    assert f"assistant: {heard}" in said if heard else not any(s.startswith("assistant") for s in said)
+    assert f"assistant: {LONG_REPLY}" not in said  # cut before the next prompt was written
     await call.close()
 
 

@@ -29,5 +29,5 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
         LLMStage(engine, runtime.tokenizer, conversation, config, pacing, call_id),
         SentenceAggregator(),
         TTSStage(engine, runtime.tts_rate, pacing),
-        ClientOutput(send, runtime.registry, pacing, runtime.tts_rate, conversation),
+        ClientOutput(send, runtime.registry, pacing, runtime.tts_rate),
     ])

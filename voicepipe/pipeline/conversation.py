@@ -17,7 +17,7 @@ class Conversation:
     def __init__(self, instructions: str) -> None:
         self.instructions = instructions
         self.tool_instructions = ""  # what the model may call, and how: after the instructions, every prompt
-        self.items: list[dict[str, Any]] = []  # {"id", "role", "content", "spoken"}, oldest first
+        self.items: list[dict[str, Any]] = []  # {"id", "role", "content", "spoken"[, "truncated"]}, oldest first
 
     def add(self, role: str, content: str, item_id: str | None = None, spoken: bool = False) -> str:
         """A message; `spoken` if it was said aloud (the caller's speech, a spoken reply), as a client
@@ -37,17 +37,17 @@ class Conversation:
         return item
 
     def set_reply(self, item_id: str, text: str) -> None:
-        """The reply's text as written, once the LLM is done (nothing, if the item was dropped meanwhile)."""
-        self._set(item_id, text)
+        """The reply's text as written, once the LLM is done (nothing, if the item was dropped or cut off
+        meanwhile)."""
+        item = self.get(item_id)
+        if item is not None and not item.get("truncated"):
+            item["content"] = text
 
     def truncate(self, item_id: str, heard: str) -> None:
-        """A reply was cut off: the conversation keeps only the text the caller heard."""
-        self._set(item_id, heard)
-
-    def _set(self, item_id: str, content: str) -> None:
+        """A reply was cut off: the conversation keeps only the text the caller heard, for good."""
         item = self.get(item_id)
         if item is not None:
-            item["content"] = content
+            item["content"], item["truncated"] = heard, True
 
     def messages(self, pending: tuple[dict[str, str], ...] = (), instructions: str | None = None
                  ) -> list[dict[str, str]]:

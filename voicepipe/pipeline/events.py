@@ -1,7 +1,8 @@
 """The typed events that flow through one call's pipeline, from microphone audio to reply audio.
 
 Events are immutable records; the one mutable thing they may carry is the `Turn` they belong to, the shared
-record of one assistant response (its ids, timings and cancellation). Each stage handles the events it
+record of one assistant response (its ids, timings and cancellation); what the LLM wrote for it travels as a
+copy (`Reply`) when the turn ends. Each stage handles the events it
 knows and passes every other event on unchanged, so the last stage sees everything the client should hear
 about. `Feedback` events flow the other way, from a later stage to the earlier one that acts on them (the
 LLM's verdict that the caller's message is over goes up to the endpointer), so the stage list stays the
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from voicepipe.pipeline.turn import Turn
+    from voicepipe.pipeline.turn import Reply, Turn
     from voicepipe.tools import Call
 
 
@@ -141,17 +142,33 @@ class EndOfTurn(Feedback):
 
 @dataclass(frozen=True, slots=True)
 class PlaybackPaused(Feedback):
-    """The caller's speech `item_id` stopped reply audio that was playing; it waits for the verdict."""
+    """The caller's speech `item_id` paused the reply `turn`; it waits for the verdict. `at`: when its
+    audio stopped playing (None: none was playing)."""
 
     item_id: str
+    turn: Turn | None = None
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Paced(Feedback):
-    """The turn's audio was scheduled for playback or a sentence of it went to synthesis: when its LLM
-    request must deliver has moved (see `Pacing`)."""
+    """A sentence of the turn went to synthesis: when its LLM request must deliver has moved (see `Pacing`)."""
 
     turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Played(Feedback):
+    """A chunk of the turn's audio was scheduled for playback: `seconds` of sentence `index` (whose text is
+    `text`) from `start`; `resumed` after a pause. The LLM stage keeps it as what the caller heard, and
+    moves its deadline as for `Paced`."""
+
+    turn: Turn
+    index: int
+    text: str
+    start: float
+    seconds: float
+    resumed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +257,16 @@ class TruncateRequested(Event):
     audio_end_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Truncated(Event):
+    """A reply was cut off, and its conversation item now says only `said`, what the caller heard (None:
+    it is not in the conversation). Its audio stops; `audio_end_ms`: the client asked, and is answered."""
+
+    turn: Turn
+    said: str | None
+    audio_end_ms: int | None = None
+
+
 # -- the assistant -------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ResponseCreated(Event):
@@ -304,6 +331,7 @@ class TextDone(Event):
     """The LLM finished writing this turn's text."""
 
     turn: Turn
+    reply: Reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,10 +355,11 @@ class AudioOut(Event):
 
 @dataclass(frozen=True, slots=True)
 class TurnCancelled(Event):
-    """The turn was cancelled (barge-in, client request, or the call ending)."""
+    """The turn was cancelled (barge-in, client request, or the call ending), with what it had written."""
 
     turn: Turn
     reason: str
+    reply: Reply | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +367,7 @@ class TurnDone(Event):
     """All of the turn's audio has been synthesized and sent; its timings are final."""
 
     turn: Turn
+    reply: Reply
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """What the caller heard of one reply: its audio chunks as they were scheduled for playback, and the words
-they carry. The output stage owns one per turn whose audio it sent; it is how a reply cut off by the
-caller, or truncated by the client, keeps in the conversation only the words that were played."""
+they carry. The LLM stage, owner of the conversation, keeps one per recent turn from the output stage's
+feedback (`Played`, `PlaybackPaused`); it is how a reply cut off by the caller, or truncated by the client,
+keeps in the conversation only the words that were played."""
 
 from collections import defaultdict
 from collections.abc import Callable
@@ -33,6 +34,14 @@ class Heard:
         """Nothing after `now` counts as heard (the first stop holds)."""
         if self.stopped_at is None:
             self.stopped_at = now
+
+    def resume(self) -> None:
+        """The pause was only a backchannel: the reply plays on from where it stopped."""
+        self.stopped_at = None
+
+    def playing(self, now: float) -> bool:
+        """Whether some of its audio is still to be heard at `now`."""
+        return self.stopped_at is None and any(start + seconds > now for _, start, seconds in self.chunks)
 
     def played_text(self, now: float) -> str:
         """The reply as far as the caller heard it by `now`: whole sentences, then a share of the words of

@@ -30,6 +30,7 @@ from voicepipe.pipeline.events import (
     ItemRequested,
     Paced,
     PlaybackPaused,
+    Played,
     ResponseCreated,
     ResponseRequested,
     SpeechResumed,
@@ -39,12 +40,17 @@ from voicepipe.pipeline.events import (
     TextDone,
     TranscriptEarly,
     TranscriptFinal,
+    Truncated,
+    TruncateRequested,
     TurnCancelled,
     TurnConfirmed,
 )
+from voicepipe.pipeline.heard import Heard
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.turn import Mark, Turn
+from voicepipe.pipeline.turn import Mark, Reply, Turn
+
+RECENT_TURNS = 16  # assistant items a client may still truncate
 
 
 class LLMStage(Stage):
@@ -60,6 +66,11 @@ class LLMStage(Stage):
     speech. If the final transcript is the same, the turn is confirmed (its messages join the
     conversation, its request becomes REALTIME, what it held back is released); if the caller speaks
     again, it is dropped before anything of it was sent.
+
+    This stage owns the conversation: it also keeps what the caller heard of each recent reply (from the
+    output stage's `Played` and `PlaybackPaused` feedback), so that a reply cut off by the caller, a
+    cancel or the client's truncate keeps only its heard words before anything reads the conversation
+    again; the output stage is told (`Truncated`) and stops the audio.
     """
 
     def __init__(self, engine: EngineClient, tokenizer: Any, conversation: Conversation, config: CallConfig,
@@ -68,6 +79,9 @@ class LLMStage(Stage):
         self.engine, self.tokenizer, self.conversation = engine, tokenizer, conversation
         self.config, self.pacing, self.call_id = config, pacing, call_id
         self.turn: Turn | None = None
+        self._written = Reply()  # what the LLM wrote for `turn`
+        self._recent: dict[str, tuple[Turn, Heard]] = {}  # by assistant item id, the last RECENT_TURNS turns
+        self._paused: Turn | None = None  # the reply the caller's speech paused, until the verdict
         self._task: asyncio.Task | None = None
         self._user_speaking = False
         self._primed = False
@@ -93,6 +107,12 @@ class LLMStage(Stage):
             self._user_speaking = False
         elif isinstance(event, CancelRequested):
             self.cancel("client_cancelled")
+            now = time.monotonic()
+            for turn, heard in list(self._recent.values()):  # audio still playing stops, even of a finished reply
+                if heard.playing(now):
+                    self._cut(turn, now)
+        elif isinstance(event, TruncateRequested):
+            self._truncate(event)
         elif isinstance(event, TranscriptEarly) and event.text.strip():
             if self._barging(event.item_id, event.text):
                 pass  # a backchannel so far: no reply of its own, unless more words follow
@@ -142,14 +162,19 @@ class LLMStage(Stage):
         self.emit(ItemFound(event.item_id, event.action, item["role"], item["content"], item["spoken"]))
 
     async def feedback(self, event: Feedback) -> bool:
-        if isinstance(event, Paced):
+        if isinstance(event, Played) and event.turn.output_item_id in self._recent:
+            self._recent[event.turn.output_item_id][1].add(event.index, event.text, event.start, event.seconds,
+                                                          event.resumed)
+        if isinstance(event, Paced | Played):
             turn = event.turn
-            if not (turn.llm_done or turn.cancelled):  # this stage alone moves its request's deadline
+            if turn is self.turn and not (self._written.done or turn.cancelled):  # this stage alone moves it
                 self.engine.set_deadline(turn.request_id, self.pacing.llm_deadline(turn, time.monotonic()))
             return True
         if not isinstance(event, PlaybackPaused):
             return False
-        self._barge_item = event.item_id
+        self._barge_item, self._paused = event.item_id, event.turn
+        if event.turn is not None and event.at is not None and event.turn.output_item_id in self._recent:
+            self._recent[event.turn.output_item_id][1].cut(event.at)
         return True
 
     def _barging(self, item_id: str, text: str, final: bool = False) -> bool:
@@ -157,15 +182,42 @@ class LLMStage(Stage):
         final transcript its audio resumes); words cancel the reply."""
         if item_id != self._barge_item:
             return False
+        paused, heard = self._paused, self._heard_of(self._paused)
         if is_backchannel(text):
             if final:
-                self._barge_item = None
+                self._barge_item, self._paused = None, None
+                if heard is not None:
+                    heard.resume()
                 self.emit(BargeInResolved(item_id, real=False))
             return True
-        self._barge_item = None
+        self._barge_item, self._paused = None, None
         self.cancel("barge_in")
+        if paused is not None:  # a finished reply still playing is cut too
+            self._cut(paused, time.monotonic())
         self.emit(BargeInResolved(item_id, real=True))
         return False
+
+    def _heard_of(self, turn: Turn | None) -> Heard | None:
+        recent = self._recent.get(turn.output_item_id) if turn is not None else None
+        return recent[1] if recent is not None else None
+
+    def _cut(self, turn: Turn, now: float, audio_end_ms: int | None = None) -> None:
+        """The reply stops where the caller is (or where the client stopped playing it): its item keeps
+        the words heard by then, and the output stage stops its audio."""
+        heard = self._heard_of(turn) or Heard()
+        heard.stop(now)
+        said = heard.played_text(now) if audio_end_ms is None else heard.text_until(audio_end_ms / 1000)
+        in_conversation = self.conversation.get(turn.output_item_id) is not None
+        if in_conversation:
+            self.conversation.truncate(turn.output_item_id, said)
+        self.emit(Truncated(turn, said if in_conversation else None, audio_end_ms))
+
+    def _truncate(self, event: TruncateRequested) -> None:
+        recent = self._recent.get(event.item_id)
+        if recent is None:
+            self.emit(Error("item_not_found", f"no assistant item {event.item_id!r} to truncate"))
+        else:
+            self._cut(recent[0], time.monotonic(), event.audio_end_ms)
 
     async def _judge(self, early: TranscriptEarly) -> None:
         """Under semantic turns: how long to wait for more speech, from how finished the words at the pause read."""
@@ -196,7 +248,9 @@ class LLMStage(Stage):
         turn.cancelled = True
         if self._task is not None:
             self._task.cancel()
-        self.emit(TurnCancelled(turn, reason))
+        if not turn.speculative:  # a speculative turn is not in the conversation, nor heard
+            self._cut(turn, time.monotonic())
+        self.emit(TurnCancelled(turn, reason, self._written.copy()))
 
     def _start(self, final: TranscriptFinal) -> None:
         self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s)
@@ -207,8 +261,7 @@ class LLMStage(Stage):
         client `asked` (other instructions, a length, text only, outside the conversation)."""
         asked = asked or ResponseRequested(audio=self.config.spoken)
         self.cancel("superseded")
-        turn = self._new_turn(item_id, speech_end)
-        turn.spoken = asked.audio
+        turn = self._new_turn(item_id, speech_end, asked.audio)
         if not asked.out_of_band:
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
         if transcript_at is not None:
@@ -223,8 +276,7 @@ class LLMStage(Stage):
         self.cancel("superseded")
         # Timed as if the end of speech will be confirmed when the turn detection expects it.
         wait = self.config.turn_detection.end_after_pause_s(self.config.early_final_ms)
-        turn = self._new_turn(early.item_id, early.paused_at + wait)
-        turn.speculative, turn.spoken = True, self.config.spoken
+        turn = self._new_turn(early.item_id, early.paused_at + wait, self.config.spoken, speculative=True)
         self._speculated = early.text.strip()
         pending = ({"role": "user", "content": self._speculated},)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
@@ -238,51 +290,54 @@ class LLMStage(Stage):
         turn.confirm(final.speech_end, final.speech_end + self.config.ttfa_s)
         turn.mark(Mark.FINAL_TRANSCRIPT, final.speech_end + final.ready_s)
         self.conversation.add("user", self._speculated, final.item_id, spoken=True)
-        self.conversation.add("assistant", turn.text, turn.output_item_id, spoken=turn.spoken)
-        for item_id, call in turn.calls:
+        self.conversation.add("assistant", self._written.text, turn.output_item_id, spoken=turn.spoken)
+        for item_id, call in self._written.calls:
             if call.arguments:  # complete (one still being written joins when it is)
                 self.conversation.add("assistant", tools.call_text(call.name, call.arguments), item_id)
         self.engine.promote(turn.request_id, RequestClass.REALTIME, self.pacing.llm_deadline(turn, time.monotonic()),
                             self.call_id)
         self.emit(TurnConfirmed(turn))
 
-    def _said(self, turn: Turn, pieces: list[tuple[str, Any]], in_conversation: bool) -> None:
+    def _said(self, turn: Turn, reply: Reply, pieces: list[tuple[str, Any]], in_conversation: bool) -> None:
         """The reply's text goes on to be spoken; a function call becomes an item of its own, never spoken
         (and, out of band, never part of the conversation)."""
         for kind, value in pieces:
             if kind == "text" and value:
-                turn.text += value
+                reply.text += value
                 self.emit(TextDelta(turn, value))
             elif kind == "start":
-                turn.calls.append((new_id("item"), value))
-                self.emit(CallStarted(turn, turn.calls[-1][0], value))
+                reply.calls.append((new_id("item"), value))
+                self.emit(CallStarted(turn, reply.calls[-1][0], value))
             elif kind == "arguments":
-                self.emit(CallArguments(turn, turn.calls[-1][0], turn.calls[-1][1].call_id, value))
+                self.emit(CallArguments(turn, reply.calls[-1][0], reply.calls[-1][1].call_id, value))
             elif kind == "end":
-                item_id = turn.calls[-1][0]
-                turn.calls[-1] = (item_id, value)
+                item_id = reply.calls[-1][0]
+                reply.calls[-1] = (item_id, value)
                 if in_conversation and not turn.speculative:  # a speculative turn's join it if it is confirmed
                     self.conversation.add("assistant", tools.call_text(value.name, value.arguments), item_id)
                 self._called_for = turn.speech_end
                 self.emit(CallDone(turn, item_id, value))
 
-    def _new_turn(self, item_id: str | None, speech_end: float) -> Turn:
+    def _new_turn(self, item_id: str | None, speech_end: float, spoken: bool, speculative: bool = False) -> Turn:
         response_id = new_id("resp")
-        return Turn(response_id, f"{self.call_id}-{response_id}", item_id, speech_end,
-                    speech_end + self.config.ttfa_s)
+        turn = Turn(response_id, f"{self.call_id}-{response_id}", item_id, speech_end,
+                    speech_end + self.config.ttfa_s, spoken, speculative)
+        self._recent[turn.output_item_id] = (turn, Heard())
+        while len(self._recent) > RECENT_TURNS:
+            del self._recent[next(iter(self._recent))]
+        return turn
 
     def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
                asked: ResponseRequested | None = None) -> None:
         asked = asked or ResponseRequested()
-        self.turn = turn
-        turn.prompt_tokens = len(prompt)
+        self.turn, self._written = turn, Reply(prompt_tokens=len(prompt))
         turn.mark(Mark.REPLY_STARTED)  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
         self.emit(ResponseCreated(turn, turn.speculative, asked.metadata, asked.out_of_band))
-        self._task = self.spawn(self._respond(turn, prompt, cls, session, asked.max_tokens or self.config.max_tokens,
-                                              not asked.out_of_band))
+        self._task = self.spawn(self._respond(turn, self._written, prompt, cls, session,
+                                              asked.max_tokens or self.config.max_tokens, not asked.out_of_band))
 
-    async def _respond(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
+    async def _respond(self, turn: Turn, reply: Reply, prompt: list[int], cls: RequestClass, session: str | None,
                        max_tokens: int, in_conversation: bool = True) -> None:
         choice = tools.choose(list(self.config.tools), self.config.tool_choice)
         params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature,
@@ -295,14 +350,14 @@ class LLMStage(Stage):
             async for out in outputs:
                 if out.token_id is not None:
                     turn.mark(Mark.FIRST_TOKEN)
-                    turn.output_tokens += 1
+                    reply.output_tokens += 1
                 if out.text or out.finished:
                     pieces = [("text", out.text)] if parser is None else parser.feed(out.text)
-                    self._said(turn, pieces + (parser.flush() if parser is not None and out.finished else []),
+                    self._said(turn, reply, pieces + (parser.flush() if parser is not None and out.finished else []),
                                in_conversation)
                 if out.finished and (out.finish_reason or "").startswith("error"):
                     self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
-        turn.llm_done = True
+        reply.done = True
         turn.mark(Mark.TEXT_DONE)
-        self.conversation.set_reply(turn.output_item_id, turn.text)
-        self.emit(TextDone(turn))
+        self.conversation.set_reply(turn.output_item_id, reply.text)
+        self.emit(TextDone(turn, reply.copy()))

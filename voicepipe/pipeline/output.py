@@ -2,12 +2,12 @@
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import numpy as np
 from prometheus_client import CollectorRegistry
 
 from voicepipe import protocol
-from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.events import (
     AudioOut,
     BargeIn,
@@ -15,59 +15,64 @@ from voicepipe.pipeline.events import (
     CallArguments,
     CallDone,
     CallStarted,
-    CancelRequested,
     Error,
     Event,
     InputCleared,
     ItemCreated,
     ItemFound,
-    Paced,
     PlaybackPaused,
+    Played,
     ResponseCreated,
     SpeechStarted,
     SpeechStopped,
     TextDelta,
     TranscriptDelta,
     TranscriptFinal,
-    TruncateRequested,
+    Truncated,
     TurnCancelled,
     TurnConfirmed,
     TurnDone,
 )
-from voicepipe.pipeline.heard import Heard
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.turn import Mark, Turn
+from voicepipe.pipeline.turn import Mark, Reply, Turn
 from voicepipe.pipeline.turn_metrics import turn_metrics
 
 # send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
 Send = Callable[..., Awaitable[None]]
 MAX_FRAME_S = 2.0  # longer sentences go out in several frames, well under the usual 1 MiB message limits
 CANCEL_REASONS = {"barge_in": "turn_detected", "client_cancelled": "client_cancelled"}
-RECENT_TURNS = 16  # assistant items a client may still truncate
+RECENT_TURNS = 16  # turns whose audio figures are kept
+
+
+@dataclass
+class Sent:
+    """The audio of one turn sent to the caller."""
+
+    chunks: int = 0
+    underruns: int = 0  # chunks that arrived after the caller's buffer had run dry
 
 
 class ClientOutput(Stage):
     """Turns events into protocol messages and paces the reply audio against the caller's playback.
 
-    After each audio chunk it tells the LLM stage upstream (`Paced`), which moves its request's deadline
-    to when the caller's buffered audio will run out, less the time a sentence takes to synthesize, so
-    the scheduler presses a turn only when its listener is about to hear silence. A chunk sent after the
-    buffer ran dry is an underrun.
+    Each audio chunk is reported to the LLM stage upstream (`Played`): it keeps what the caller heard
+    and moves its request's deadline to when the caller's buffered audio will run out, less the time a
+    sentence takes to synthesize, so the scheduler presses a turn only when its listener is about to
+    hear silence. A chunk sent after the buffer ran dry is an underrun.
 
     A speculative turn's events are held until it is confirmed, then sent in order; if it is dropped
     instead, the caller never hears of it.
 
     A barge-in pauses the reply: its audio stops (the client drops what it had queued) and what follows is
-    withheld, while the LLM stage hears what the caller said. Words cancel the reply, which then counts as
-    heard up to the pause; a backchannel or a cough resumes it where it stopped.
+    withheld, while the LLM stage hears what the caller said. Words cancel the reply (the LLM stage cuts
+    its item to what was heard by the pause, `Truncated`); a backchannel or a cough resumes it where it
+    stopped.
     """
 
-    def __init__(self, send: Send, registry: CollectorRegistry, pacing: Pacing, sample_rate: int,
-                 conversation: Conversation) -> None:
+    def __init__(self, send: Send, registry: CollectorRegistry, pacing: Pacing, sample_rate: int) -> None:
         super().__init__()
         self.send, self.pacing, self.sample_rate = send, pacing, sample_rate
-        self.conversation = conversation
         self.metrics = turn_metrics(registry)
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
         self._sent: list[tuple[int, str, float, np.ndarray]] = []  # its audio: (sentence, text, start, pcm)
@@ -75,8 +80,8 @@ class ClientOutput(Stage):
         self._paused: Turn | None = None  # the turn a barge-in paused, and what it has withheld since
         self._withheld: list[AudioOut | TurnDone] = []
         self._held: dict[Turn, list[Event]] = {}
-        self._recent: dict[str, Turn] = {}  # by assistant item id, the last RECENT_TURNS turns
-        self._heard: dict[Turn, Heard] = {}  # what the caller heard of each of them
+        self._audio_of: dict[Turn, Sent] = {}  # the last RECENT_TURNS turns'
+        self._said: dict[Turn, str] = {}  # what a cut-off reply's item says now
 
     async def process(self, event: Event) -> None:
         turn: Turn | None = getattr(event, "turn", None)
@@ -103,9 +108,7 @@ class ClientOutput(Stage):
         elif isinstance(event, BargeIn):
             await self._pause(event.item_id, now)
         elif isinstance(event, BargeInResolved):
-            await self._resolve(event.real, now)
-        elif isinstance(event, CancelRequested):
-            await self._interrupt(now)
+            await self._resolve(event.real)
         elif isinstance(event, SpeechStopped):
             await self.send(*protocol.speech_stopped(event.item_id, event.audio_end_ms))
         elif isinstance(event, InputCleared):
@@ -122,8 +125,8 @@ class ClientOutput(Stage):
             call = event.call
             await self.send(*protocol.call_done(event.turn.response_id, event.item_id, call.call_id, call.name,
                                                 call.arguments))
-        elif isinstance(event, TruncateRequested):
-            await self._truncate(event, now)
+        elif isinstance(event, Truncated):
+            await self._truncated(event, now)
         elif isinstance(event, ItemFound):
             await self.send(protocol.item_deleted(event.item_id) if event.action == "delete"
                             else protocol.item_retrieved(event.item_id, event.role, event.text, event.spoken))
@@ -134,9 +137,11 @@ class ClientOutput(Stage):
         elif isinstance(event, ResponseCreated):
             turn = event.turn
             self._current = turn
-            self._recent[turn.output_item_id] = turn
-            while len(self._recent) > RECENT_TURNS:
-                self._heard.pop(self._recent.pop(next(iter(self._recent))), None)
+            self._audio_of[turn] = Sent()
+            while len(self._audio_of) > RECENT_TURNS:
+                oldest = next(iter(self._audio_of))
+                del self._audio_of[oldest]
+                self._said.pop(oldest, None)
             await self.send(protocol.response_created(turn.response_id, turn.output_item_id, event.metadata,
                                                       turn.spoken, event.out_of_band))
         elif isinstance(event, TextDelta):
@@ -144,15 +149,16 @@ class ClientOutput(Stage):
         elif isinstance(event, AudioOut):
             await self._audio(event)
         elif isinstance(event, TurnDone):
-            if self._heard_of(event.turn).chunks:
+            if self._sent_of(event.turn).chunks:
                 await self.send(protocol.audio_done(event.turn.response_id))
-            await self._finish(event.turn, "completed")
+            await self._finish(event.turn, event.reply, "completed")
         elif isinstance(event, TurnCancelled):
             if event.turn is self._paused:
                 self._paused, self._withheld = None, []
             if not event.turn.finished:
                 await self._stop_audio(event.turn, now)
-                await self._finish(event.turn, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
+                await self._finish(event.turn, event.reply or Reply(), "cancelled",
+                                   CANCEL_REASONS.get(event.reason, event.reason))
         elif isinstance(event, Error):
             await self.send(protocol.error(event.code, event.message, event.type, event.event_id))
 
@@ -161,27 +167,26 @@ class ClientOutput(Stage):
         for start in range(0, len(event.pcm), step):
             await self._play(event, event.pcm[start:start + step], time.monotonic(), resumed)
 
-    def _heard_of(self, turn: Turn) -> Heard:
-        return self._heard.setdefault(turn, Heard())
+    def _sent_of(self, turn: Turn) -> Sent:
+        return self._audio_of.setdefault(turn, Sent())
 
     async def _play(self, audio: AudioOut, pcm: np.ndarray, now: float, resumed: bool = False) -> None:
-        turn, heard = audio.turn, self._heard_of(audio.turn)
+        turn, sent = audio.turn, self._sent_of(audio.turn)
         if turn.cancelled:
             return
         seconds = len(pcm) / self.sample_rate
-        first = not heard.chunks
         start, gap = self.pacing.schedule(turn, seconds, now)
-        if first:
+        if not sent.chunks:
             turn.mark(Mark.FIRST_AUDIO, now)
         elif gap > 0 and not resumed:
-            heard.underruns += 1
+            sent.underruns += 1
             self.metrics.underruns.inc()
-        heard.add(audio.index, audio.text, start, seconds, resumed)
+        sent.chunks += 1
         if self._audible is not turn:
             self._sent = []
         self._sent.append((audio.index, audio.text, start, pcm))
         self._audible = turn
-        self.emit_upstream(Paced(turn))
+        self.emit_upstream(Played(turn, audio.index, audio.text, start, seconds, resumed))
         await self.send(protocol.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate),
                         pcm.astype("<i2", copy=False).tobytes())
 
@@ -193,43 +198,30 @@ class ClientOutput(Stage):
         if turn is None or turn is self._paused:
             return
         self._paused, self._withheld = turn, []
+        cut_at = None
         if audible is turn:
             rest = [(index, text, pcm[max(0, int((now - start) * self.sample_rate)):])
                     for index, text, start, pcm in self._sent if start + len(pcm) / self.sample_rate > now]
             self._withheld = [AudioOut(turn, pcm, index, text) for index, text, pcm in rest if len(pcm)]
-            self._heard_of(turn).cut(now)
+            cut_at = now
             await self._clear_playback(turn, now)
-        self.emit_upstream(PlaybackPaused(item_id))
+        self.emit_upstream(PlaybackPaused(item_id, turn, cut_at))
 
-    async def _resolve(self, real: bool, now: float) -> None:
-        """The caller's words are known: drop the paused reply's audio, or play it on from the pause."""
+    async def _resolve(self, real: bool) -> None:
+        """The caller's words are known: drop the paused reply's audio (the LLM stage has cut it), or play
+        it on from the pause."""
         turn, withheld = self._paused, self._withheld
         self._paused, self._withheld = None, []
-        if turn is None:
+        if turn is None or real:
             return
-        heard = self._heard_of(turn)
-        if real:
-            if heard.stopped_at is not None:
-                await self._stop_audio(turn, heard.stopped_at)
-            return
-        heard.stopped_at = None
         for event in withheld:
             if isinstance(event, AudioOut):
                 await self._audio(event, resumed=True)
             else:
                 await self._handle(event)
 
-    async def _interrupt(self, now: float) -> None:
-        """The client asked to cancel: audio still playing stops, even of a finished reply."""
-        if self._audible is not None and self.pacing.buffered(now) > 0:
-            await self._stop_audio(self._audible, now)
-
-    async def _stop_audio(self, turn: Turn, now: float, heard: str | None = None) -> None:
-        """Cut the turn's audio off: the conversation keeps only the text the caller heard (by default,
-        what had played by `now`)."""
-        record = self._heard_of(turn)
-        record.stop(now)
-        self.conversation.truncate(turn.output_item_id, record.played_text(now) if heard is None else heard)
+    async def _stop_audio(self, turn: Turn, now: float) -> None:
+        """The turn's audio still queued for the caller is dropped."""
         if self._audible is turn:
             await self._clear_playback(turn, now)
 
@@ -239,33 +231,32 @@ class ClientOutput(Stage):
         self.pacing.clear(now)
         await self.send(protocol.playback_cleared(turn.response_id))
 
-    async def _truncate(self, event: TruncateRequested, now: float) -> None:
-        """The client stopped playing an item: its audio stops here too, and the conversation keeps the
-        words of the audio it played."""
-        turn = self._recent.get(event.item_id)
-        if turn is None:
-            await self.send(protocol.error("item_not_found", f"no assistant item {event.item_id!r} to truncate"))
-            return
-        await self._stop_audio(turn, now, self._heard_of(turn).text_until(event.audio_end_ms / 1000))
-        await self.send(protocol.item_truncated(event.item_id, event.audio_end_ms))
+    async def _truncated(self, event: Truncated, now: float) -> None:
+        """A reply was cut off (its item says only what was heard): its audio stops; a client that asked
+        is answered."""
+        if event.said is not None:
+            self._said[event.turn] = event.said
+        await self._stop_audio(event.turn, now)
+        if event.audio_end_ms is not None:
+            await self.send(protocol.item_truncated(event.turn.output_item_id, event.audio_end_ms))
 
-    async def _finish(self, turn: Turn, status: str, reason: str | None = None) -> None:
+    async def _finish(self, turn: Turn, reply: Reply, status: str, reason: str | None = None) -> None:
         turn.finished = True
         turn.mark(Mark.DONE)
         first_audio = turn.timings.get(Mark.FIRST_AUDIO)
         met: bool | None = None
         if first_audio is not None:
             met = turn.speech_end + first_audio <= turn.deadline
-        elif time.monotonic() > turn.deadline and not turn.calls:  # a call's answer is the next reply's
+        elif time.monotonic() > turn.deadline and not reply.calls:  # a call's answer is the next reply's
             met = False
         outcome = {True: "met", False: "missed"}.get(met, "cancelled" if status == "cancelled" else "no_audio")
         self.metrics.turn_ended(outcome, first_audio, turn.timings)
-        said = self.conversation.get(turn.output_item_id)
         timings = {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()}
-        details = {"timings": timings, "deadline_met": met, "underruns": self._heard_of(turn).underruns}
+        details = {"timings": timings, "deadline_met": met, "underruns": self._sent_of(turn).underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
-        calls = tuple(protocol.function_call_item(item_id, c.call_id, c.name, c.arguments) for item_id, c in turn.calls)
+        calls = tuple(protocol.function_call_item(item_id, call.call_id, call.name, call.arguments)
+                      for item_id, call in reply.calls)
         await self.send(protocol.response_done(turn.response_id, status, turn.output_item_id,
-                                               said["content"] if said is not None else turn.text,
-                                               (turn.prompt_tokens, turn.output_tokens), calls, **details))
+                                               self._said.get(turn, reply.text),
+                                               (reply.prompt_tokens, reply.output_tokens), calls, **details))

@@ -1,7 +1,7 @@
 """The caller's playback clock, and the deadlines it sets for the LLM and TTS work of a turn.
 
 The output stage keeps the clock and the TTS stage the sentences on their way; each tells the LLM stage,
-by a `Paced` event upstream, that the turn's deadline may have moved. The LLM stage alone moves its
+by feedback upstream (`Played`, `Paced`), that the turn's deadline may have moved. The LLM stage alone moves its
 request's deadline in the engine.
 """
 

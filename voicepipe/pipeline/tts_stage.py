@@ -35,13 +35,13 @@ class TTSStage(Stage):
         super().__init__()
         self.engine, self.sample_rate, self.pacing = engine, sample_rate, pacing
         self._turn: Turn | None = None
-        self._queue: asyncio.Queue[Sentence | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[Sentence | TextDone] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
 
     async def process(self, event: Event) -> None:
         if isinstance(event, (Sentence, TextDone)):
             if event.turn is self._turn and (event.turn.spoken or isinstance(event, TextDone)):
-                self._queue.put_nowait(event if isinstance(event, Sentence) else None)
+                self._queue.put_nowait(event)
                 if isinstance(event, Sentence):
                     self.pacing.expect(event.turn, event.index, event.text)
                     self.emit_upstream(Paced(event.turn))
@@ -55,8 +55,8 @@ class TTSStage(Stage):
             self._worker = self.spawn(self._speak(event.turn, self._queue))
         self.emit(event)
 
-    async def _speak(self, turn: Turn, queue: "asyncio.Queue[Sentence | None]") -> None:
-        while (sentence := await queue.get()) is not None:
+    async def _speak(self, turn: Turn, queue: "asyncio.Queue[Sentence | TextDone]") -> None:
+        while isinstance(sentence := await queue.get(), Sentence):
             try:
                 # A speculative reply's sentences wait behind confirmed turns' realtime work.
                 cls = RequestClass.INTERACTIVE if turn.speculative else RequestClass.REALTIME
@@ -72,4 +72,4 @@ class TTSStage(Stage):
             self.pacing.synthesized(turn, sentence.index, sentence.text, audio_s, seconds)
             for pcm in chunks:
                 self.emit(AudioOut(turn, pcm, sentence.index, sentence.text))
-        self.emit(TurnDone(turn))
+        self.emit(TurnDone(turn, sentence.reply))

@@ -1,10 +1,15 @@
-"""One assistant response: the record its stages share (what the caller heard of it is the output stage's
-own, `heard.py`)."""
+"""One assistant response: the record its stages share, and what its LLM stage wrote for it."""
+
+from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from voicepipe.ids import new_id
+
+if TYPE_CHECKING:
+    from voicepipe.tools import Call
 
 
 class Mark:
@@ -22,9 +27,9 @@ class Mark:
 
 @dataclass(eq=False)
 class Turn:
-    """Ids, deadline and timings of one response, and what its LLM stage wrote (text, tokens, calls;
-    `cancelled`). Each field has one writer: the LLM stage, except `finished` (the output stage, when it
-    sends response.done) and each stage's own key of `timings`.
+    """Ids, deadline, timings and cancellation of one response. Each field has one writer: the LLM stage,
+    except `finished` (the output stage, when it sends response.done) and each stage's own key of
+    `timings`. What the LLM wrote is the LLM stage's own `Reply`, handed on when the turn ends.
 
     Timings are seconds from the end of the caller's speech (`speech_end`), keyed by `Mark`.
     """
@@ -34,15 +39,10 @@ class Turn:
     item_id: str | None  # the user utterance it answers (None: asked for with response.create)
     speech_end: float
     deadline: float  # when its first audio is due
-    text: str = ""
+    spoken: bool = True  # False: a text-only reply
+    speculative: bool = False  # started at a pause, before the end of the utterance was confirmed
     timings: dict[str, float] = field(default_factory=dict)
     output_item_id: str = field(default_factory=lambda: new_id("item"))  # its assistant message's id
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    llm_done: bool = False
-    speculative: bool = False  # started at a pause, before the end of the utterance was confirmed
-    spoken: bool = True  # False: a text-only reply
-    calls: list = field(default_factory=list)  # the function calls it made: (item id, tools.Call)
     cancelled: bool = False
     finished: bool = False  # response.done was sent
 
@@ -59,3 +59,18 @@ class Turn:
         shift = self.speech_end - speech_end
         self.timings = {stage: seconds + shift for stage, seconds in self.timings.items()}
         self.speech_end, self.deadline, self.speculative = speech_end, deadline, False
+
+
+@dataclass(eq=False)
+class Reply:
+    """What the LLM wrote for one turn: the LLM stage's own record while it writes; a copy goes downstream
+    with the turn's end (`TextDone`, `TurnCancelled`) for its response.done."""
+
+    prompt_tokens: int = 0
+    text: str = ""
+    output_tokens: int = 0
+    calls: list[tuple[str, Call]] = field(default_factory=list)  # (item id, call), in the order made
+    done: bool = False  # the LLM's request ended
+
+    def copy(self) -> Reply:
+        return replace(self, calls=list(self.calls))
