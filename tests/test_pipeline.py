@@ -14,6 +14,7 @@ from voicepipe.pipeline.events import (
     BargeIn,
     InputCleared,
     ItemCreated,
+    ItemRequested,
     Paced,
     Played,
     ResponseCreated,
@@ -225,6 +226,16 @@ async def test_a_truncated_item_keeps_the_words_of_the_audio_played():
     assert call.client.of(ServerEvent.ITEM_TRUNCATED)[0]["audio_end_ms"] == ms
     await call.push(TruncateRequested("item_unknown", 10))
     assert call.client.of(ServerEvent.ERROR)[-1]["error"]["code"] == "item_not_found"
+    await call.close()
+
+
+async def test_an_item_read_right_after_its_truncate_reads_as_truncated():
+    call = Call(reply=LONG_REPLY)
+    await call.utterance()
+    reply_id = call.client.of(ServerEvent.RESPONSE_CREATED)[0]["response"]["output"][0]["id"]
+    await call.push(TruncateRequested(reply_id, 400), ItemRequested(reply_id, "retrieve"))  # not waiting between
+    retrieved = call.client.of(ServerEvent.ITEM_RETRIEVED)[0]["item"]["content"][0]
+    assert retrieved["transcript"] == "Sentence number 0 is"
     await call.close()
 
 
