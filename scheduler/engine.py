@@ -37,15 +37,15 @@ class Engine:
         self.runner = ModelRunner(model, self.config)
         self.pool = SlabPool(self.runner.num_slabs, self.runner.pages_per_slab, self.config.page_tokens,
                              self.config.reserve_frac)
-        self.planner = StepPlanner(self.config, self.pool)
+        gen = getattr(model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None) or tokenizer.eos_token_id
+        self.eos_ids = frozenset(eos if isinstance(eos, list) else [eos])
+        self.planner = StepPlanner(self.config, self.pool, self.eos_ids)
         self.metrics = Metrics()
         # The longest sequence (prompt and answer) one request may grow to: what the model's positions
         # cover, and half the pool, so that one request cannot starve every other.
         positions = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1 << 30
         self.max_context = min(positions, self.pool.num_pages * self.pool.page_tokens // 2)
-        gen = getattr(model, "generation_config", None)
-        eos = getattr(gen, "eos_token_id", None) or tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
         vocab = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
         self.constraints = Constraints(tokenizer, vocab, self.eos_ids)
         self.handlers: dict[str, JobHandler] = dict(jobs or {})
@@ -149,10 +149,9 @@ class Engine:
 
     # -- tokens out --------------------------------------------------------------------------------------
     def _postprocess(self, seq: Sequence, token: int, probe: float | None, step: StepRecord) -> None:
-        """Append a sampled token; stream its text; finish the request at its end (the end token, a stop
-        string, a complete grammar) or its length."""
-        if seq.status is Status.FINISHED:  # padding in a static batch: computed, never shown
-            seq.output_ids.append(token)
+        """Stream a sampled token (the planner appends it and decides whether the request ends there)."""
+        if seq.status is Status.FINISHED:  # padding in a static batch
+            self.planner.postprocess(seq, token)
             return
         cls, now = seq.cls.name, step.ended
         if seq.first_token_at is None:
@@ -162,24 +161,20 @@ class Engine:
             step.gaps.append((cls, now - seq.last_token_at))
         seq.last_token_at = now
         step.generated[cls] = step.generated.get(cls, 0) + 1
-        seq.output_ids.append(token)
-        eos = token in self.eos_ids and not seq.params.ignore_eos
         complete = self.constraints.accept(seq.request_id, token)  # its grammar allows nothing more
-        text = "" if eos else seq.detokenizer.add(token)
-        reason = "stop" if eos or complete or seq.detokenizer.stopped else \
-            "length" if len(seq.output_ids) >= seq.params.max_tokens else None
-        if reason is not None:
-            text += seq.detokenizer.flush()
-        self.outputs.append((seq.request_id, Output(token, text, probe=probe)))
-        if reason is not None:
+        self.outputs.append((seq.request_id, Output(token, self.planner.postprocess(seq, token, complete),
+                                                    probe=probe)))
+        if seq.status is Status.FINISHED:
             step.finished.append((cls, now - seq.arrival))
-            self._finish(seq, reason)
+            self._ended(seq)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
-        seq.finish_reason = reason
-        self.planner.finish(seq)
+        self.planner.finish(seq, reason)
+        self._ended(seq)
+
+    def _ended(self, seq: Sequence) -> None:
         self.constraints.drop(seq.request_id)
-        self.outputs.append((seq.request_id, Output(None, "", True, reason)))
+        self.outputs.append((seq.request_id, Output(None, "", True, seq.finish_reason)))
 
     # -- commands (from the driver, between steps) -------------------------------------------------------
     def add_request(self, seq: Sequence) -> Sequence:
@@ -194,10 +189,8 @@ class Engine:
     def abort(self, request_id: str) -> None:
         seq = self.planner.by_id.get(request_id)
         if seq is not None:
-            seq.finish_reason = "abort"
             self.planner.abort(seq)
-            self.constraints.drop(request_id)
-            self.outputs.append((request_id, Output(None, "", True, "abort")))
+            self._ended(seq)
 
     def set_deadline(self, request_id: str, deadline: float | None) -> None:
         """Move a request's deadline, e.g. to when its caller's buffered audio will run out."""

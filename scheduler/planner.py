@@ -67,8 +67,8 @@ class StepPlan:
 
 
 class StepPlanner:
-    def __init__(self, config: EngineConfig, pool: SlabPool):
-        self.config, self.pool = config, pool
+    def __init__(self, config: EngineConfig, pool: SlabPool, eos_ids: frozenset[int] = frozenset()):
+        self.config, self.pool, self.eos_ids = config, pool, eos_ids
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.by_id: dict[str, Sequence] = {}  # the unfinished sequences by request id
@@ -280,9 +280,24 @@ class StepPlanner:
             seq.page_keys = self.pool.page_keys(seq.tokens[:seq.num_cached], seq.page_keys)
         self.pool.register(seq.pages[first:full], seq.page_keys[first:full])
 
-    def finish(self, seq: Sequence) -> None:
+    def postprocess(self, seq: Sequence, token: int, complete: bool = False) -> str:
+        """Append a sampled token; returns the text it adds. The sequence finishes at its end (the end
+        token, a stop string, `complete`: its grammar allows nothing more) or at its length."""
+        seq.output_ids.append(token)
+        if seq.status is Status.FINISHED:  # padding in a static batch: computed, never shown
+            return ""
+        eos = token in self.eos_ids and not seq.params.ignore_eos
+        text = "" if eos else seq.detokenizer.add(token)
+        reason = "stop" if eos or complete or seq.detokenizer.stopped else \
+            "length" if len(seq.output_ids) >= seq.params.max_tokens else None
+        if reason is not None:
+            text += seq.detokenizer.flush()
+            self.finish(seq, reason)
+        return text
+
+    def finish(self, seq: Sequence, reason: str) -> None:
         """Release a finished sequence (a static batch keeps it as padding until the batch ends)."""
-        seq.status = Status.FINISHED
+        seq.status, seq.finish_reason = Status.FINISHED, reason
         self.by_id.pop(seq.request_id, None)
         self.output_lengths.append(len(seq.output_ids))
         if self.config.policy == "static" and any(s.status is Status.RUNNING for s in self.running):
@@ -303,6 +318,6 @@ class StepPlanner:
         seq.pages = []
 
     def abort(self, seq: Sequence) -> None:
-        seq.status = Status.FINISHED
+        seq.status, seq.finish_reason = Status.FINISHED, "abort"
         self.by_id.pop(seq.request_id, None)
         self._release(seq)

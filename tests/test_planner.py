@@ -30,7 +30,7 @@ def run_step(planner: StepPlanner, now: float):
         if chunk.samples:
             chunk.seq.output_ids.append(7)
             if len(chunk.seq.output_ids) >= chunk.seq.params.max_tokens:
-                planner.finish(chunk.seq)
+                planner.finish(chunk.seq, "length")
     planner.pool.check([s.pages for s in planner.running + planner.waiting])
     return plan
 
