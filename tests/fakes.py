@@ -86,6 +86,7 @@ class FakeEngine:
         self.requests: list[Request] = []
         self.jobs: list[tuple[str, RequestClass]] = []
         self.promoted: list[tuple[str, RequestClass]] = []
+        self.sessions: set[str] = set()  # the calls open
         self.gate = asyncio.Event()
         self.gate.set()
         self.gated: Callable[[str], bool] = lambda question: True  # which questions' replies wait on `gate`
@@ -141,10 +142,10 @@ class FakeEngine:
         return {}
 
     def open_session(self, session: str) -> None:
-        pass
+        self.sessions.add(session)
 
     def release_session(self, session: str) -> None:
-        pass
+        self.sessions.discard(session)
 
 
 class FakeASR:

@@ -98,11 +98,9 @@ def reply_text(call: Call, response: str) -> str:
     return "".join(e["delta"] for e in call.of(ServerEvent.RESPONSE_TEXT_DELTA) if e["response_id"] == response)
 
 
-def pinned_pages(engine_or_holdings) -> int:
-    """Pages the sessions keep, of an engine core or of the holdings a client reports."""
-    if isinstance(engine_or_holdings, dict):
-        return sum(engine_or_holdings["pinned"].values())
-    return sum(len(pages) for pages, _ in list(engine_or_holdings.pool.pins.values()))
+def pinned_pages(held: dict) -> int:
+    """Pages the sessions keep, of the holdings an engine client reports."""
+    return sum(held["pinned"].values())
 
 
 async def settled(engine, timeout: float = 60.0) -> dict:

@@ -55,17 +55,15 @@ def question(speech_wav) -> np.ndarray:
 @pytest_asyncio.fixture(loop_scope="module")
 async def baseline(server, runtime, caplog):
     """Wait for a quiet server; after the test, check that everything went back to how it was."""
-    engine = runtime.engine.core
     await calls_ended(server)
     await settled(runtime.engine)
     tasks = len(asyncio.all_tasks())
     caplog.set_level(logging.WARNING)
     yield
     await calls_ended(server)
-    await settled(runtime.engine)
-    engine.check_pool()
-    assert not engine.requests and not engine.jobs
-    assert not engine.pool.pins and engine.pool.num_used == len(engine.pool.lru), "pages held after the calls"
+    held = await settled(runtime.engine)
+    assert held["pool_error"] is None
+    assert not held["pinned"] and held["used_pages"] == held["cached_pages"], f"pages held after the calls: {held}"
     end = time.monotonic() + 10
     while len(asyncio.all_tasks()) > tasks:
         assert time.monotonic() < end, f"{len(asyncio.all_tasks()) - tasks} tasks leaked"

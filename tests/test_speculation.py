@@ -29,10 +29,9 @@ def requests(runtime, monkeypatch) -> list:
 
 
 async def no_leaks(runtime) -> None:
-    engine = runtime.engine.core
-    await settled(runtime.engine)
-    engine.check_pool()
-    assert engine.pool.num_used == pinned_pages(engine) + len(engine.pool.lru)  # nothing but kept prefixes
+    held = await settled(runtime.engine)
+    assert held["pool_error"] is None
+    assert held["used_pages"] == pinned_pages(held) + held["cached_pages"]  # nothing but kept prefixes
 
 
 async def test_a_reply_started_at_the_pause_is_kept_when_the_caller_stays_silent(server, runtime, speech_wav,
