@@ -55,6 +55,9 @@ class Background:
 
 REALTIME_ONLY = Background(allowed=False, prefill_tokens=0)
 
+# What a sequence asks of a step, in the order o4 serves it (before its class and deadline).
+PRESSING_DECODE, DECODE, PREFILL = 0, 1, 2
+
 
 @dataclass(slots=True)
 class StepPlan:
@@ -126,9 +129,9 @@ class StepPlanner:
         if self.config.policy != "o4":
             return (seq.status is not Status.RUNNING, seq.arrival)
         decoding = seq.status is Status.RUNNING and seq.remaining_prefill == 1
-        tier = 0 if decoding and self.pressing(seq, now) else 1 if decoding else 2
+        work = PRESSING_DECODE if decoding and self.pressing(seq, now) else DECODE if decoding else PREFILL
         deadline = seq.deadline if seq.deadline is not None else math.inf
-        return (tier, self.effective_class(seq, now), deadline, seq.arrival)
+        return (work, self.effective_class(seq, now), deadline, seq.arrival)
 
     def predicted_output(self, seq: Sequence) -> int:
         """Growth to expect: the p95 of observed output lengths, capped by the request's own limit."""
