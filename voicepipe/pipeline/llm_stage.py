@@ -162,9 +162,8 @@ class LLMStage(Stage):
         self.emit(ItemFound(event.item_id, event.action, item["role"], item["content"], item["spoken"]))
 
     async def feedback(self, event: Feedback) -> bool:
-        if isinstance(event, Played) and event.turn.output_item_id in self._recent:
-            self._recent[event.turn.output_item_id][1].add(event.index, event.text, event.start, event.seconds,
-                                                          event.resumed)
+        if isinstance(event, Played) and (heard := self._heard_of(event.turn)) is not None:
+            heard.add(event.index, event.text, event.start, event.seconds, event.resumed)
         if isinstance(event, Paced | Played):
             turn = event.turn
             if turn is self.turn and not (self._written.done or turn.cancelled):  # this stage alone moves it
@@ -173,8 +172,8 @@ class LLMStage(Stage):
         if not isinstance(event, PlaybackPaused):
             return False
         self._barge_item, self._paused = event.item_id, event.turn
-        if event.turn is not None and event.at is not None and event.turn.output_item_id in self._recent:
-            self._recent[event.turn.output_item_id][1].cut(event.at)
+        if event.at is not None and (heard := self._heard_of(event.turn)) is not None:
+            heard.cut(event.at)
         return True
 
     def _barging(self, item_id: str, text: str, final: bool = False) -> bool:

@@ -46,7 +46,7 @@ RECENT_TURNS = 16  # turns whose audio figures are kept
 
 
 @dataclass
-class Sent:
+class AudioSent:
     """The audio of one turn sent to the caller."""
 
     chunks: int = 0
@@ -80,7 +80,7 @@ class ClientOutput(Stage):
         self._paused: Turn | None = None  # the turn a barge-in paused, and what it has withheld since
         self._withheld: list[AudioOut | TurnDone] = []
         self._held: dict[Turn, list[Event]] = {}
-        self._audio_of: dict[Turn, Sent] = {}  # the last RECENT_TURNS turns'
+        self._audio_sent: dict[Turn, AudioSent] = {}  # the last RECENT_TURNS turns'
         self._said: dict[Turn, str] = {}  # what a cut-off reply's item says now
 
     async def process(self, event: Event) -> None:
@@ -137,10 +137,10 @@ class ClientOutput(Stage):
         elif isinstance(event, ResponseCreated):
             turn = event.turn
             self._current = turn
-            self._audio_of[turn] = Sent()
-            while len(self._audio_of) > RECENT_TURNS:
-                oldest = next(iter(self._audio_of))
-                del self._audio_of[oldest]
+            self._audio_sent[turn] = AudioSent()
+            while len(self._audio_sent) > RECENT_TURNS:
+                oldest = next(iter(self._audio_sent))
+                del self._audio_sent[oldest]
                 self._said.pop(oldest, None)
             await self.send(protocol.response_created(turn.response_id, turn.output_item_id, event.metadata,
                                                       turn.spoken, event.out_of_band))
@@ -149,7 +149,7 @@ class ClientOutput(Stage):
         elif isinstance(event, AudioOut):
             await self._audio(event)
         elif isinstance(event, TurnDone):
-            if self._sent_of(event.turn).chunks:
+            if self._audio_sent_of(event.turn).chunks:
                 await self.send(protocol.audio_done(event.turn.response_id))
             await self._finish(event.turn, event.reply, "completed")
         elif isinstance(event, TurnCancelled):
@@ -167,11 +167,11 @@ class ClientOutput(Stage):
         for start in range(0, len(event.pcm), step):
             await self._play(event, event.pcm[start:start + step], time.monotonic(), resumed)
 
-    def _sent_of(self, turn: Turn) -> Sent:
-        return self._audio_of.setdefault(turn, Sent())
+    def _audio_sent_of(self, turn: Turn) -> AudioSent:
+        return self._audio_sent.setdefault(turn, AudioSent())
 
     async def _play(self, audio: AudioOut, pcm: np.ndarray, now: float, resumed: bool = False) -> None:
-        turn, sent = audio.turn, self._sent_of(audio.turn)
+        turn, sent = audio.turn, self._audio_sent_of(audio.turn)
         if turn.cancelled:
             return
         seconds = len(pcm) / self.sample_rate
@@ -252,7 +252,7 @@ class ClientOutput(Stage):
         outcome = {True: "met", False: "missed"}.get(met, "cancelled" if status == "cancelled" else "no_audio")
         self.metrics.turn_ended(outcome, first_audio, turn.timings)
         timings = {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()}
-        details = {"timings": timings, "deadline_met": met, "underruns": self._sent_of(turn).underruns}
+        details = {"timings": timings, "deadline_met": met, "underruns": self._audio_sent_of(turn).underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
         calls = tuple(protocol.function_call_item(item_id, call.call_id, call.name, call.arguments)
