@@ -7,12 +7,12 @@ request's deadline approaches, other requests' prefill takes at most `realtime_p
 and while one is pressing, steps carry realtime work alone: a step's time grows with every sequence in
 it, so a reply about to miss its deadline gets the device's shortest steps. While calls are live, other
 prefill takes at most `live_prefill_tokens` a step, so a turn that begins does not first wait out a long
-step. A realtime request
-is *pressing* when its deadline (the time its caller's buffered audio runs out, or its time-to-first-audio
-deadline) is within `pressing_window_s`. Waiting requests climb one class
-per `aging_s` they wait, so batch work never starves. When pages run out, lower-priority work is preempted
-(its pages released, to be recomputed later, mostly from the prefix cache); a pressing realtime request
-never is.
+step. A realtime request is *pressing* when its deadline (the time its caller's buffered audio runs out,
+or its time-to-first-audio deadline) is within `pressing_window_s`. Waiting requests climb one class per
+`aging_s` they wait, so batch work never starves; the prefill share goes by a request's own class, so an
+aged prompt goes first among the others but does not take a live call's short steps away. When pages run
+out, lower-priority work is preempted (its pages released, to be recomputed later, mostly from the prefix
+cache); a pressing realtime request never is.
 
 `fcfs` is continuous batching without classes (running first, then waiting, by arrival; chunks as large as
 the budget allows); `static` runs fixed batches that wait for their longest member.
@@ -155,9 +155,9 @@ class StepPlanner:
         for seq in sorted(self.sequences, key=lambda s: self._priority(s, now)):
             if tokens_left <= 0 or seqs_left <= 0:
                 break
-            # While a reply is pressing, nothing but realtime work; otherwise other prompts take a share, and
-            # one that has waited long enough to age into the realtime class takes its full turn.
-            background = seq.remaining_prefill > 1 and self.effective_class(seq, now) > RequestClass.REALTIME
+            # While a reply is pressing, nothing but realtime work; otherwise other prompts take a share, by
+            # their own class: one aged into the realtime class goes first among them, not past the share.
+            background = seq.remaining_prefill > 1 and seq.cls > RequestClass.REALTIME
             if not budget.allowed and seq.cls > RequestClass.REALTIME or background and background_left <= 0:
                 continue
             if seq in plan.preempted or (seq.status is Status.WAITING and not self._admit(seq)):

@@ -165,16 +165,20 @@ def test_other_prefill_is_held_to_a_small_share_while_a_realtime_deadline_approa
     assert sum(c.n for c in run_step(planner, 0.4).chunks if c.seq is api) > 32  # the reply is done: full steps
 
 
-def test_a_prompt_that_aged_into_the_realtime_class_is_no_longer_held_back():
+def test_a_prompt_aged_into_the_realtime_class_goes_first_among_the_others_within_their_share():
     planner = make_planner(max_batch_tokens=256, shard_tokens=64, realtime_prefill_tokens=32, aging_s=5.0,
                            pressing_window_s=1.0)
-    api = request(600, INTER, arrival=0.0, first_token=1000)
+    old = request(600, INTER, arrival=0.0, first_token=1000)
     reply = request(40, RT, max_tokens=200, deadline=2.5, arrival=0.0)
-    planner.add(api)
+    planner.add(old)
     planner.add(reply)
-    assert sum(c.n for c in run_step(planner, 1.0).chunks if c.seq is api) <= 32
+    assert sum(c.n for c in run_step(planner, 1.0).chunks if c.seq is old) <= 32
     reply.deadline = 7.5  # paced: the deadline keeps 1.5 s ahead
-    assert sum(c.n for c in run_step(planner, 6.0).chunks if c.seq is api) > 32  # waited 5 s: now a peer
+    young = request(600, INTER, arrival=5.5, first_token=2000)
+    planner.add(young)
+    plan = run_step(planner, 6.0)  # `old` has waited 6 s: it climbed a class, and goes before `young`...
+    assert 0 < sum(c.n for c in plan.chunks if c.seq is old) <= 32  # ...but within the step's share
+    assert not any(c.seq is young for c in plan.chunks)
 
 
 def test_a_pressing_reply_gets_steps_of_its_own():
