@@ -3,9 +3,15 @@ they carry. The LLM stage, owner of the conversation, keeps one per recent turn 
 feedback (`Played`, `PlaybackPaused`); it is how a reply cut off by the caller, or truncated by the client,
 keeps in the conversation only the words that were played."""
 
+from __future__ import annotations
+
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from voicepipe.pipeline.turn import Turn
 
 
 @dataclass(eq=False)
@@ -72,3 +78,29 @@ class Heard:
             if keep < len(words):
                 break
         return " ".join(heard)
+
+
+class RecentReplies:
+    """The `Heard` record of each of the last `keep` replies, by their assistant item id: the replies a
+    client may still truncate, or whose audio may still be playing."""
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self._replies: dict[str, tuple[Turn, Heard]] = {}
+
+    def add(self, turn: Turn) -> None:
+        self._replies[turn.output_item_id] = (turn, Heard())
+        while len(self._replies) > self.keep:
+            del self._replies[next(iter(self._replies))]
+
+    def of(self, turn: Turn | None) -> Heard | None:
+        reply = self._replies.get(turn.output_item_id) if turn is not None else None
+        return reply[1] if reply is not None else None
+
+    def turn(self, item_id: str) -> Turn | None:
+        reply = self._replies.get(item_id)
+        return reply[0] if reply is not None else None
+
+    def playing(self, now: float) -> list[Turn]:
+        """The replies whose audio the caller is still to hear at `now`."""
+        return [turn for turn, heard in self._replies.values() if heard.playing(now)]

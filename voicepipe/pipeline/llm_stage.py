@@ -45,12 +45,10 @@ from voicepipe.pipeline.events import (
     TurnCancelled,
     TurnConfirmed,
 )
-from voicepipe.pipeline.heard import Heard
+from voicepipe.pipeline.heard import Heard, RecentReplies
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn
-
-RECENT_TURNS = 16  # assistant items a client may still truncate
 
 
 class LLMStage(Stage):
@@ -80,7 +78,7 @@ class LLMStage(Stage):
         self.config, self.pacing, self.call_id = config, pacing, call_id
         self.turn: Turn | None = None
         self._written = Reply()  # what the LLM wrote for `turn`
-        self._recent: dict[str, tuple[Turn, Heard]] = {}  # by assistant item id, the last RECENT_TURNS turns
+        self._heard = RecentReplies()  # what the caller heard of the recent replies
         self._paused: Turn | None = None  # the reply the caller's speech paused, until the verdict
         self._task: asyncio.Task | None = None
         self._user_speaking = False
@@ -108,9 +106,8 @@ class LLMStage(Stage):
         elif isinstance(event, CancelRequested):
             self.cancel("client_cancelled")
             now = time.monotonic()
-            for turn, heard in list(self._recent.values()):  # audio still playing stops, even of a finished reply
-                if heard.playing(now):
-                    self._cut(turn, now)
+            for turn in self._heard.playing(now):  # audio still playing stops, even of a finished reply
+                self._cut(turn, now)
         elif isinstance(event, TruncateRequested):
             self._truncate(event)
         elif isinstance(event, TranscriptEarly) and event.text.strip():
@@ -162,7 +159,7 @@ class LLMStage(Stage):
         self.emit(ItemFound(event.item_id, event.action, item["role"], item["content"], item["spoken"]))
 
     async def feedback(self, event: Feedback) -> bool:
-        if isinstance(event, Played) and (heard := self._heard_of(event.turn)) is not None:
+        if isinstance(event, Played) and (heard := self._heard.of(event.turn)) is not None:
             heard.add(event.index, event.text, event.start, event.seconds, event.resumed)
         if isinstance(event, Paced | Played):
             turn = event.turn
@@ -172,7 +169,7 @@ class LLMStage(Stage):
         if not isinstance(event, PlaybackPaused):
             return False
         self._barge_item, self._paused = event.item_id, event.turn
-        if event.at is not None and (heard := self._heard_of(event.turn)) is not None:
+        if event.at is not None and (heard := self._heard.of(event.turn)) is not None:
             heard.cut(event.at)
         return True
 
@@ -181,7 +178,7 @@ class LLMStage(Stage):
         final transcript its audio resumes); words cancel the reply."""
         if item_id != self._barge_item:
             return False
-        paused, heard = self._paused, self._heard_of(self._paused)
+        paused, heard = self._paused, self._heard.of(self._paused)
         if is_backchannel(text):
             if final:
                 self._barge_item, self._paused = None, None
@@ -196,14 +193,10 @@ class LLMStage(Stage):
         self.emit(BargeInResolved(item_id, real=True))
         return False
 
-    def _heard_of(self, turn: Turn | None) -> Heard | None:
-        recent = self._recent.get(turn.output_item_id) if turn is not None else None
-        return recent[1] if recent is not None else None
-
     def _cut(self, turn: Turn, now: float, audio_end_ms: int | None = None) -> None:
         """The reply stops where the caller is (or where the client stopped playing it): its item keeps
         the words heard by then, and the output stage stops its audio."""
-        heard = self._heard_of(turn) or Heard()
+        heard = self._heard.of(turn) or Heard()
         heard.stop(now)
         said = heard.played_text(now) if audio_end_ms is None else heard.text_until(audio_end_ms / 1000)
         in_conversation = self.conversation.get(turn.output_item_id) is not None
@@ -212,11 +205,11 @@ class LLMStage(Stage):
         self.emit(Truncated(turn, said if in_conversation else None, audio_end_ms))
 
     def _truncate(self, event: TruncateRequested) -> None:
-        recent = self._recent.get(event.item_id)
-        if recent is None:
+        turn = self._heard.turn(event.item_id)
+        if turn is None:
             self.emit(Error("item_not_found", f"no assistant item {event.item_id!r} to truncate"))
         else:
-            self._cut(recent[0], time.monotonic(), event.audio_end_ms)
+            self._cut(turn, time.monotonic(), event.audio_end_ms)
 
     async def _judge(self, early: TranscriptEarly) -> None:
         """Under semantic turns: how long to wait for more speech, from how finished the words at the pause read."""
@@ -321,9 +314,7 @@ class LLMStage(Stage):
         response_id = new_id("resp")
         turn = Turn(response_id, f"{self.call_id}-{response_id}", item_id, speech_end,
                     speech_end + self.config.ttfa_s, spoken, speculative)
-        self._recent[turn.output_item_id] = (turn, Heard())
-        while len(self._recent) > RECENT_TURNS:
-            del self._recent[next(iter(self._recent))]
+        self._heard.add(turn)
         return turn
 
     def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
