@@ -29,7 +29,7 @@ from voicepipe.pipeline.events import (
     TruncateRequested,
     TurnCancelled,
 )
-from voicepipe.pipeline.pacing import Pacing
+from voicepipe.pipeline.pacing import Pacing, PlaybackClock
 from voicepipe.pipeline.sentences import SentenceAggregator
 from voicepipe.pipeline.turn import Reply, Turn
 from voicepipe.protocol import ServerEvent
@@ -105,35 +105,36 @@ async def test_only_the_first_piece_of_a_reply_may_end_at_a_clause():
 
 
 async def test_the_llm_deadline_follows_the_audio_the_caller_has_buffered():
-    pacing = Pacing(tts_estimate_s=0.4, chars_per_s=10.0)
+    clock, pacing = PlaybackClock(), Pacing(tts_estimate_s=0.4, chars_per_s=10.0)
     turn = Turn("resp_1", "req_1", "item_1", 100.0, 101.5)
     assert pacing.llm_deadline(turn, 100.0) == pytest.approx(101.1)  # before audio: the turn's deadline
-    start, _ = pacing.schedule(turn, 3.0, 102.0)  # the first audio (a gap before it is no underrun)
+    start, _ = clock.schedule(3.0, 102.0)  # the first audio (a gap before it is no underrun)
     assert start == 102.0
+    pacing.played(turn, clock.playout_end)  # as the output stage reports it
     assert pacing.llm_deadline(turn, 102.0) == pytest.approx(104.6)  # the buffer runs dry at 105
     pacing.expect(turn, 1, "x" * 20)  # a sentence being synthesized: 2 s more audio to come
     assert pacing.llm_deadline(turn, 102.0) == pytest.approx(106.6)
     pacing.synthesized(turn, 1, "x" * 20, audio_s=2.0, work_s=0.4)
     assert pacing.llm_deadline(turn, 102.0) == pytest.approx(104.6)
-    assert pacing.schedule(turn, 1.0, 106.0) == (106.0, 1.0)  # arriving after the buffer ran dry: a 1 s gap
+    assert clock.schedule(1.0, 106.0) == (106.0, 1.0)  # arriving after the buffer ran dry: a 1 s gap
 
 
 async def test_scheduled_audio_moves_the_llm_deadline_through_feedback_until_the_text_is_done():
     call = Call(speculative=False)
     call.engine.gate.clear()  # the reply's tokens wait: the request is in flight
     await call.utterance()
-    llm_stage, output = call.pipeline.stages[2], call.pipeline.stages[-1]
-    turn, request, pacing = llm_stage.turn, call.engine.requests[-1], llm_stage.pacing
-    pacing.schedule(turn, 3.0, time.monotonic())  # the caller has 3 s of audio queued
+    llm_stage, tts, output = call.pipeline.stages[2], call.pipeline.stages[4], call.pipeline.stages[-1]
+    turn, request, pacing = llm_stage.turn, call.engine.requests[-1], tts.pacing
     before = len(request.deadlines)
-    output.emit_upstream(Played(turn, 0, "Paris.", time.monotonic(), 3.0))  # past TTS and the sentences
+    now = time.monotonic()  # the caller has 3 s of audio queued: TTS reads it on the way to the LLM stage
+    output.emit_upstream(Played(turn, 0, "Paris.", now, 3.0, now + 3.0))
     await call.push()
     assert len(request.deadlines) == before + 1
     assert request.deadlines[-1] == pytest.approx(pacing.llm_deadline(turn, time.monotonic()), abs=0.05)
     call.engine.gate.set()
     await call.push()
     assert request.closed  # the reply's text is done
-    output.emit_upstream(Played(turn, 1, "It is big.", time.monotonic(), 1.0))
+    output.emit_upstream(Played(turn, 1, "It is big.", now + 3.0, 1.0, now + 4.0))
     await call.push()
     assert len(request.deadlines) == before + 1  # a finished request's deadline no longer moves
     await call.close()
@@ -144,13 +145,17 @@ async def test_a_sentence_sent_to_synthesis_tells_the_llm_stage_its_deadline_mov
 
     from voicepipe.pipeline.tts_stage import TTSStage
 
-    pacing = Pacing()
-    stage = TTSStage(FakeEngine(FakeTokenizer()), 16000, pacing)
+    stage = TTSStage(FakeEngine(FakeTokenizer()), 16000)
     turn = Turn("resp_1", "req_1", "item_1", time.monotonic(), time.monotonic() + 1.5)
-    before = pacing.llm_deadline(turn, time.monotonic())
+    before = stage.pacing.llm_deadline(turn, time.monotonic())
     down, up = await run_stage(stage, [ResponseCreated(turn), Sentence(turn, "Paris is the capital.", 0)])
-    assert up == [Paced(turn)] and [type(e) for e in down] == [ResponseCreated]
-    assert pacing.llm_deadline(turn, time.monotonic()) > before  # the sentence's audio counts as coming
+    assert [type(e) for e in up] == [Paced, Paced] and [type(e) for e in down] == [ResponseCreated]
+    assert up[0].due == pytest.approx(before, abs=0.05)  # the new turn's deadline, at once
+    assert up[1].due > up[0].due  # the sentence's audio counts as coming
+    now = time.monotonic()
+    _, up = await run_stage(stage, [Played(turn, 0, "Paris is the capital.", now, 2.0, now + 2.0)])
+    assert [type(e) for e in up] == [Paced, Played]  # the clock read on the output's report, passed on
+    assert up[0].due >= now + 2.0 - stage.pacing.tts_estimate_s  # due before the 2 s buffered run out
     await run_stage(stage, [TurnCancelled(turn, "barge_in")])  # its synthesis worker stops
 
 

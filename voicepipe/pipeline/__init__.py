@@ -5,7 +5,6 @@ from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.llm_stage import LLMStage
 from voicepipe.pipeline.output import ClientOutput, Send
-from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.sentences import SentenceAggregator
 from voicepipe.pipeline.stage import Pipeline, Stage
 from voicepipe.pipeline.tts_stage import TTSStage
@@ -20,14 +19,13 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
                    send: Send) -> Pipeline:
     """The stages of one call. The endpointer reads `config.turn_detection` live, so updates apply at once."""
     engine = runtime.engine
-    pacing = Pacing()
     endpointer = Endpointer(config.turn_detection, max_utterance_s=config.max_utterance_s,
                             early_pause_ms=config.early_final_ms)
     return Pipeline([
         VADStage(endpointer),
         ASRStage(engine, runtime.asr_rate, config),
-        LLMStage(engine, runtime.tokenizer, conversation, config, pacing, call_id),
+        LLMStage(engine, runtime.tokenizer, conversation, config, call_id),
         SentenceAggregator(),
-        TTSStage(engine, runtime.tts_rate, pacing),
-        ClientOutput(send, runtime.registry, pacing, runtime.tts_rate),
+        TTSStage(engine, runtime.tts_rate),
+        ClientOutput(send, runtime.registry, runtime.tts_rate),
     ])

@@ -152,22 +152,25 @@ class PlaybackPaused(Feedback):
 
 @dataclass(frozen=True, slots=True)
 class Paced(Feedback):
-    """A sentence of the turn went to synthesis: when its LLM request must deliver has moved (see `Pacing`)."""
+    """When the turn's LLM request must deliver its next sentence (`due`, a monotonic time), as the TTS
+    stage works it out from the caller's playback and the sentences on their way (see `Pacing`)."""
 
     turn: Turn
+    due: float
 
 
 @dataclass(frozen=True, slots=True)
 class Played(Feedback):
     """A chunk of the turn's audio was scheduled for playback: `seconds` of sentence `index` (whose text is
-    `text`) from `start`; `resumed` after a pause. The LLM stage keeps it as what the caller heard, and
-    moves its deadline as for `Paced`."""
+    `text`) from `start`, the caller's buffered audio now running out at `until`; `resumed` after a pause.
+    The TTS stage reads the clock from it on its way; the LLM stage keeps it as what the caller heard."""
 
     turn: Turn
     index: int
     text: str
     start: float
     seconds: float
+    until: float
     resumed: bool = False
 
 

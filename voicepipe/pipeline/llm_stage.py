@@ -46,7 +46,6 @@ from voicepipe.pipeline.events import (
     TurnConfirmed,
 )
 from voicepipe.pipeline.heard import Heard, RecentReplies
-from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn
 
@@ -72,12 +71,13 @@ class LLMStage(Stage):
     """
 
     def __init__(self, engine: EngineClient, tokenizer: Any, conversation: Conversation, config: CallConfig,
-                 pacing: Pacing, call_id: str) -> None:
+                 call_id: str) -> None:
         super().__init__()
         self.engine, self.tokenizer, self.conversation = engine, tokenizer, conversation
-        self.config, self.pacing, self.call_id = config, pacing, call_id
+        self.config, self.call_id = config, call_id
         self.turn: Turn | None = None
         self._written = Reply()  # what the LLM wrote for `turn`
+        self._due: float | None = None  # when `turn`'s request must deliver, as the TTS stage last said
         self._heard = RecentReplies()  # what the caller heard of the recent replies
         self._paused: Turn | None = None  # the reply the caller's speech paused, until the verdict
         self._task: asyncio.Task | None = None
@@ -159,12 +159,15 @@ class LLMStage(Stage):
         self.emit(ItemFound(event.item_id, event.action, item["role"], item["content"], item["spoken"]))
 
     async def feedback(self, event: Feedback) -> bool:
-        if isinstance(event, Played) and (heard := self._heard.of(event.turn)) is not None:
-            heard.add(event.index, event.text, event.start, event.seconds, event.resumed)
-        if isinstance(event, Paced | Played):
+        if isinstance(event, Played):
+            if (heard := self._heard.of(event.turn)) is not None:
+                heard.add(event.index, event.text, event.start, event.seconds, event.resumed)
+            return True
+        if isinstance(event, Paced):
             turn = event.turn
             if turn is self.turn and not (self._written.done or turn.cancelled):  # this stage alone moves it
-                self.engine.set_deadline(turn.request_id, self.pacing.llm_deadline(turn, time.monotonic()))
+                self._due = event.due
+                self.engine.set_deadline(turn.request_id, event.due)
             return True
         if not isinstance(event, PlaybackPaused):
             return False
@@ -286,8 +289,8 @@ class LLMStage(Stage):
         for item_id, call in self._written.calls:
             if call.arguments:  # complete (one still being written joins when it is)
                 self.conversation.add("assistant", tools.call_text(call.name, call.arguments), item_id)
-        self.engine.promote(turn.request_id, RequestClass.REALTIME, self.pacing.llm_deadline(turn, time.monotonic()),
-                            self.call_id)
+        # Its deadline is the turn's until the TTS stage, told of the confirmation, paces it.
+        self.engine.promote(turn.request_id, RequestClass.REALTIME, turn.deadline, self.call_id)
         self.emit(TurnConfirmed(turn))
 
     def _said(self, turn: Turn, reply: Reply, pieces: list[tuple[str, Any]], in_conversation: bool) -> None:
@@ -320,7 +323,7 @@ class LLMStage(Stage):
     def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
                asked: ResponseRequested | None = None) -> None:
         asked = asked or ResponseRequested()
-        self.turn, self._written = turn, Reply(prompt_tokens=len(prompt))
+        self.turn, self._written, self._due = turn, Reply(prompt_tokens=len(prompt)), None
         turn.mark(Mark.REPLY_STARTED)  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
         self.emit(ResponseCreated(turn, turn.speculative, asked.metadata, asked.out_of_band))
@@ -333,7 +336,9 @@ class LLMStage(Stage):
         params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature,
                                 grammar=tools.grammar(list(self.config.tools), choice) if choice else None)
         parser = tools.CallParser() if choice else None
-        deadline = self.pacing.llm_deadline(turn, time.monotonic())
+        # The TTS stage's pacing of this turn, if it came before the request (else the turn's own deadline,
+        # until it does).
+        deadline = turn.deadline if self._due is None or turn is not self.turn else self._due
         stream = self.engine.generate(prompt, params, cls=cls, deadline=deadline, session=session,
                                       request_id=turn.request_id)
         async with aclosing(stream) as outputs:

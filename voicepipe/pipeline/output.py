@@ -33,7 +33,7 @@ from voicepipe.pipeline.events import (
     TurnConfirmed,
     TurnDone,
 )
-from voicepipe.pipeline.pacing import Pacing
+from voicepipe.pipeline.pacing import PlaybackClock
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn
 from voicepipe.pipeline.turn_metrics import turn_metrics
@@ -56,10 +56,11 @@ class AudioSent:
 class ClientOutput(Stage):
     """Turns events into protocol messages and paces the reply audio against the caller's playback.
 
-    Each audio chunk is reported to the LLM stage upstream (`Played`): it keeps what the caller heard
-    and moves its request's deadline to when the caller's buffered audio will run out, less the time a
-    sentence takes to synthesize, so the scheduler presses a turn only when its listener is about to
-    hear silence. A chunk sent after the buffer ran dry is an underrun.
+    Each audio chunk is reported upstream (`Played`, with when the caller's buffered audio will run out):
+    the TTS stage works out from it when the LLM must deliver (when that audio runs out, less the time a
+    sentence takes to synthesize), so the scheduler presses a turn only when its listener is about to hear
+    silence; the LLM stage keeps it as what the caller heard. A chunk sent after the buffer ran dry is an
+    underrun.
 
     A speculative turn's events are held until it is confirmed, then sent in order; if it is dropped
     instead, the caller never hears of it.
@@ -70,9 +71,10 @@ class ClientOutput(Stage):
     stopped.
     """
 
-    def __init__(self, send: Send, registry: CollectorRegistry, pacing: Pacing, sample_rate: int) -> None:
+    def __init__(self, send: Send, registry: CollectorRegistry, sample_rate: int) -> None:
         super().__init__()
-        self.send, self.pacing, self.sample_rate = send, pacing, sample_rate
+        self.send, self.sample_rate = send, sample_rate
+        self.clock = PlaybackClock()
         self.metrics = turn_metrics(registry)
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
         self._sent: list[tuple[int, str, float, np.ndarray]] = []  # its audio: (sentence, text, start, pcm)
@@ -175,7 +177,7 @@ class ClientOutput(Stage):
         if turn.cancelled:
             return
         seconds = len(pcm) / self.sample_rate
-        start, gap = self.pacing.schedule(turn, seconds, now)
+        start, gap = self.clock.schedule(seconds, now)
         if not sent.chunks:
             turn.mark(Mark.FIRST_AUDIO, now)
         elif gap > 0 and not resumed:
@@ -186,13 +188,13 @@ class ClientOutput(Stage):
             self._sent = []
         self._sent.append((audio.index, audio.text, start, pcm))
         self._audible = turn
-        self.emit_upstream(Played(turn, audio.index, audio.text, start, seconds, resumed))
+        self.emit_upstream(Played(turn, audio.index, audio.text, start, seconds, self.clock.playout_end, resumed))
         await self.send(protocol.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate),
                         pcm.astype("<i2", copy=False).tobytes())
 
     async def _pause(self, item_id: str, now: float) -> None:
         """The caller spoke over the reply: stop its audio where the caller is, keep the rest for later."""
-        audible = self._audible if self._audible is not None and self.pacing.buffered(now) > 0 else None
+        audible = self._audible if self._audible is not None and self.clock.buffered(now) > 0 else None
         current = self._current if self._current is not None and not self._current.finished else None
         turn = audible or current
         if turn is None or turn is self._paused:
@@ -228,7 +230,7 @@ class ClientOutput(Stage):
     async def _clear_playback(self, turn: Turn, now: float) -> None:
         """The caller's queued audio of `turn` is dropped, here and (told so) in the client."""
         self._audible, self._sent = None, []
-        self.pacing.clear(now)
+        self.clock.clear(now)
         await self.send(protocol.playback_cleared(turn.response_id))
 
     async def _truncated(self, event: Truncated, now: float) -> None:

@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import time
 
 from scheduler import RequestClass
 from scheduler.client import EngineClient
@@ -10,11 +11,15 @@ from voicepipe.pipeline.events import (
     AudioOut,
     Error,
     Event,
+    Feedback,
     Paced,
+    PlaybackPaused,
+    Played,
     ResponseCreated,
     Sentence,
     TextDone,
     TurnCancelled,
+    TurnConfirmed,
     TurnDone,
 )
 from voicepipe.pipeline.pacing import Pacing
@@ -29,11 +34,15 @@ class TTSStage(Stage):
 
     A worker task per turn does the synthesis, so a cancellation passes through this stage at once; a
     sentence of a cancelled turn whose job has not started yet is never synthesized.
+
+    It owns the turn's pacing: it reads the caller's playback clock off the output stage's feedback as it
+    passes (`Played`, `PlaybackPaused`), knows the sentences it is still to synthesize, and tells the LLM
+    stage upstream when its request must deliver (`Paced`) whenever that moves.
     """
 
-    def __init__(self, engine: EngineClient, sample_rate: int, pacing: Pacing) -> None:
+    def __init__(self, engine: EngineClient, sample_rate: int, pacing: Pacing | None = None) -> None:
         super().__init__()
-        self.engine, self.sample_rate, self.pacing = engine, sample_rate, pacing
+        self.engine, self.sample_rate, self.pacing = engine, sample_rate, pacing or Pacing()
         self._turn: Turn | None = None
         self._queue: asyncio.Queue[Sentence | TextDone] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
@@ -44,7 +53,7 @@ class TTSStage(Stage):
                 self._queue.put_nowait(event)
                 if isinstance(event, Sentence):
                     self.pacing.expect(event.turn, event.index, event.text)
-                    self.emit_upstream(Paced(event.turn))
+                    self._paced(event.turn)
             return
         if isinstance(event, ResponseCreated) or (isinstance(event, TurnCancelled) and event.turn is self._turn):
             if self._worker is not None:
@@ -53,7 +62,21 @@ class TTSStage(Stage):
         if isinstance(event, ResponseCreated):
             self._turn, self._queue = event.turn, asyncio.Queue()
             self._worker = self.spawn(self._speak(event.turn, self._queue))
+        if isinstance(event, ResponseCreated | TurnConfirmed):  # a new deadline to meet
+            self._paced(event.turn)
         self.emit(event)
+
+    async def feedback(self, event: Feedback) -> bool:
+        """The caller's playback as the output stage reports it: read on its way to the LLM stage."""
+        if isinstance(event, Played):
+            self.pacing.played(event.turn, event.until)
+            self._paced(event.turn)
+        elif isinstance(event, PlaybackPaused) and event.at is not None:
+            self.pacing.stopped(event.at)
+        return False
+
+    def _paced(self, turn: Turn) -> None:
+        self.emit_upstream(Paced(turn, self.pacing.llm_deadline(turn, time.monotonic())))
 
     async def _speak(self, turn: Turn, queue: "asyncio.Queue[Sentence | TextDone]") -> None:
         while isinstance(sentence := await queue.get(), Sentence):
