@@ -2,11 +2,11 @@
 
 Events are immutable records; the one mutable thing they may carry is the `Turn` they belong to, the shared
 record of one assistant response (its ids, timings and cancellation); what the LLM wrote for it travels as a
-copy (`Reply`) when the turn ends. Each stage handles the events it
-knows and passes every other event on unchanged, so the last stage sees everything the client should hear
-about. `Feedback` events flow the other way, from a later stage to the earlier one that acts on them (the
-LLM's verdict that the caller's message is over goes up to the endpointer), so the stage list stays the
-whole truth of who tells whom what.
+copy (`Reply`) when the turn ends. Each stage handles the events it knows and passes every other event on
+unchanged, so the last stage sees everything the client should hear about. `Feedback` events flow the other
+way, from a later stage to the earlier ones that act on them (the LLM's verdict that the caller's message is
+over goes up to the endpointer; the audio the caller was sent goes up to the TTS and LLM stages), so the
+stage list stays the whole truth of who tells whom what.
 """
 
 from __future__ import annotations

@@ -40,9 +40,9 @@ class TTSStage(Stage):
     stage upstream when its request must deliver (`Paced`) whenever that moves.
     """
 
-    def __init__(self, engine: EngineClient, sample_rate: int, pacing: Pacing | None = None) -> None:
+    def __init__(self, engine: EngineClient, sample_rate: int) -> None:
         super().__init__()
-        self.engine, self.sample_rate, self.pacing = engine, sample_rate, pacing or Pacing()
+        self.engine, self.sample_rate, self.pacing = engine, sample_rate, Pacing()
         self._turn: Turn | None = None
         self._queue: asyncio.Queue[Sentence | TextDone] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
