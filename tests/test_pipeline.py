@@ -156,7 +156,7 @@ async def test_a_sentence_sent_to_synthesis_tells_the_llm_stage_its_deadline_mov
     _, up = await run_stage(stage, [Played(turn, 0, "Paris is the capital.", now, 2.0, now + 2.0)])
     assert [type(e) for e in up] == [Paced, Played]  # the clock read on the output's report, passed on
     assert up[0].due >= now + 2.0 - stage.pacing.tts_estimate_s  # due before the 2 s buffered run out
-    await run_stage(stage, [TurnCancelled(turn, "barge_in")])  # its synthesis worker stops
+    await run_stage(stage, [TurnCancelled(turn, "barge_in", Reply())])  # its synthesis worker stops
 
 
 def test_words_two_passes_agree_on_are_committed():

@@ -1,12 +1,11 @@
 """A Session and the Realtime dialect driven through an in-memory transport and the fake engine: bad input
-answered and the call going on, a client that vanishes, a reply asked for in text, in milliseconds."""
+answered and the call going on, a client that vanishes, an idle one, in milliseconds."""
 
 import asyncio
 import base64
 import json
 from contextlib import asynccontextmanager
 
-import pytest
 from fake_transport import QueueTransport
 from fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 
@@ -22,13 +21,13 @@ TEXT_ITEM = {"type": ClientEvent.ITEM_CREATE,
 
 
 @asynccontextmanager
-async def session(limits: Limits | None = None, realtime: bool = False, beta: bool = False):
+async def session(limits: Limits | None = None, realtime: bool = False):
     """A call being served over a QueueTransport: (client transport, session, engine)."""
     engine = FakeEngine(FakeTokenizer(), {QUESTION: REPLY}, asr=FakeASR(""), tts=FakeTTS())
     runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
     limits = limits or Limits()
     client = QueueTransport()
-    line = RealtimeDialect(client, runtime, limits.max_message_bytes, beta) if realtime else client
+    line = RealtimeDialect(client, runtime, limits.max_message_bytes) if realtime else client
     call = Session(line, runtime, limits)
     served = asyncio.create_task(call.run())
     try:
@@ -72,19 +71,6 @@ async def test_an_idle_client_is_told_and_closed():
     async with session(Limits(idle_timeout_s=0.05)) as (client, _, _):
         error = await client.until(ServerEvent.ERROR)
         assert error["error"]["code"] == "idle_timeout" and client.closed == (1000, "idle timeout")
-
-
-@pytest.mark.parametrize("beta", [False, True])
-async def test_the_realtime_dialect_answers_a_text_item_in_its_own_names(beta):
-    async with session(realtime=True, beta=beta) as (client, _, _):
-        client.put({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}}
-                   if not beta else {"type": "session.update", "session": {"modalities": ["text"]}},
-                   TEXT_ITEM, {"type": ClientEvent.RESPONSE_CREATE})
-        done = await client.until("response.done")
-        delta = "response.text.delta" if beta else "response.output_text.delta"
-        assert "".join(e["delta"] for e in client.events(delta)) == REPLY
-        assert done["response"]["status"] == "completed"
-        assert all(e["event_id"].startswith("event_") for e in client.events())
 
 
 async def test_the_realtime_dialect_refuses_bad_audio_and_binary_frames():

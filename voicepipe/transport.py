@@ -12,10 +12,9 @@ class Transport(Protocol):
 
     `recv` returns the client's next message (binary audio, a JSON text event as sent, whose size the
     session checks before parsing it, or an event a dialect already parsed and checked) and raises
-    `Disconnected` once the client has gone; `send` takes
-    an event as a dict (encoded, if at all, at the edge: a dialect in between reads it as it is) or
-    binary audio, and raises `Disconnected` too when the client is gone; `close` ends the call from the
-    server's side.
+    `Disconnected` once the client has gone; `send` takes an event as a dict (encoded, if at all, at the
+    edge: a dialect in between reads it as it is) or binary audio, and raises `Disconnected` too when the
+    client is gone; `close` ends the call from the server's side.
     """
 
     async def recv(self) -> str | bytes | dict: ...

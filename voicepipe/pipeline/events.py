@@ -362,7 +362,7 @@ class TurnCancelled(Event):
 
     turn: Turn
     reason: str
-    reply: Reply | None = None
+    reply: Reply
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ class Heard:
     sentences: dict[int, str] = field(default_factory=dict)  # sentence index -> its text
     chunks: list[tuple[int, float, float]] = field(default_factory=list)  # (sentence, start, seconds)
     lengths: dict[int, float] = field(default_factory=lambda: defaultdict(float))  # each sentence's audio
-    underruns: int = 0  # chunks that arrived after the caller's buffer had run dry
     stopped_at: float | None = None  # when the caller's playback of it was cut off
 
     def add(self, index: int, text: str, start: float, seconds: float, resumed: bool = False) -> None:

@@ -338,7 +338,7 @@ class LLMStage(Stage):
         parser = tools.CallParser() if choice else None
         # The TTS stage's pacing of this turn, if it came before the request (else the turn's own deadline,
         # until it does).
-        deadline = turn.deadline if self._due is None or turn is not self.turn else self._due
+        deadline = turn.deadline if self._due is None else self._due
         stream = self.engine.generate(prompt, params, cls=cls, deadline=deadline, session=session,
                                       request_id=turn.request_id)
         async with aclosing(stream) as outputs:

@@ -42,15 +42,16 @@ from voicepipe.pipeline.turn_metrics import turn_metrics
 Send = Callable[..., Awaitable[None]]
 MAX_FRAME_S = 2.0  # longer sentences go out in several frames, well under the usual 1 MiB message limits
 CANCEL_REASONS = {"barge_in": "turn_detected", "client_cancelled": "client_cancelled"}
-RECENT_TURNS = 16  # turns whose audio figures are kept
+RECENT_TURNS = 16  # turns whose record is kept
 
 
 @dataclass
-class AudioSent:
-    """The audio of one turn sent to the caller."""
+class Delivered:
+    """What the caller was sent of one turn, and, once it is cut off, what its item says."""
 
     chunks: int = 0
     underruns: int = 0  # chunks that arrived after the caller's buffer had run dry
+    said: str | None = None
 
 
 class ClientOutput(Stage):
@@ -82,8 +83,7 @@ class ClientOutput(Stage):
         self._paused: Turn | None = None  # the turn a barge-in paused, and what it has withheld since
         self._withheld: list[AudioOut | TurnDone] = []
         self._held: dict[Turn, list[Event]] = {}
-        self._audio_sent: dict[Turn, AudioSent] = {}  # the last RECENT_TURNS turns'
-        self._said: dict[Turn, str] = {}  # what a cut-off reply's item says now
+        self._delivered: dict[Turn, Delivered] = {}  # the last RECENT_TURNS turns'
 
     async def process(self, event: Event) -> None:
         turn: Turn | None = getattr(event, "turn", None)
@@ -139,11 +139,9 @@ class ClientOutput(Stage):
         elif isinstance(event, ResponseCreated):
             turn = event.turn
             self._current = turn
-            self._audio_sent[turn] = AudioSent()
-            while len(self._audio_sent) > RECENT_TURNS:
-                oldest = next(iter(self._audio_sent))
-                del self._audio_sent[oldest]
-                self._said.pop(oldest, None)
+            self._delivered[turn] = Delivered()
+            while len(self._delivered) > RECENT_TURNS:
+                del self._delivered[next(iter(self._delivered))]
             await self.send(protocol.response_created(turn.response_id, turn.output_item_id, event.metadata,
                                                       turn.spoken, event.out_of_band))
         elif isinstance(event, TextDelta):
@@ -151,7 +149,7 @@ class ClientOutput(Stage):
         elif isinstance(event, AudioOut):
             await self._audio(event)
         elif isinstance(event, TurnDone):
-            if self._audio_sent_of(event.turn).chunks:
+            if self._delivered_of(event.turn).chunks:
                 await self.send(protocol.audio_done(event.turn.response_id))
             await self._finish(event.turn, event.reply, "completed")
         elif isinstance(event, TurnCancelled):
@@ -159,8 +157,7 @@ class ClientOutput(Stage):
                 self._paused, self._withheld = None, []
             if not event.turn.finished:
                 await self._stop_audio(event.turn, now)
-                await self._finish(event.turn, event.reply or Reply(), "cancelled",
-                                   CANCEL_REASONS.get(event.reason, event.reason))
+                await self._finish(event.turn, event.reply, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
         elif isinstance(event, Error):
             await self.send(protocol.error(event.code, event.message, event.type, event.event_id))
 
@@ -169,11 +166,11 @@ class ClientOutput(Stage):
         for start in range(0, len(event.pcm), step):
             await self._play(event, event.pcm[start:start + step], time.monotonic(), resumed)
 
-    def _audio_sent_of(self, turn: Turn) -> AudioSent:
-        return self._audio_sent.setdefault(turn, AudioSent())
+    def _delivered_of(self, turn: Turn) -> Delivered:
+        return self._delivered.setdefault(turn, Delivered())
 
     async def _play(self, audio: AudioOut, pcm: np.ndarray, now: float, resumed: bool = False) -> None:
-        turn, sent = audio.turn, self._audio_sent_of(audio.turn)
+        turn, sent = audio.turn, self._delivered_of(audio.turn)
         if turn.cancelled:
             return
         seconds = len(pcm) / self.sample_rate
@@ -237,7 +234,7 @@ class ClientOutput(Stage):
         """A reply was cut off (its item says only what was heard): its audio stops; a client that asked
         is answered."""
         if event.said is not None:
-            self._said[event.turn] = event.said
+            self._delivered_of(event.turn).said = event.said
         await self._stop_audio(event.turn, now)
         if event.audio_end_ms is not None:
             await self.send(protocol.item_truncated(event.turn.output_item_id, event.audio_end_ms))
@@ -254,11 +251,12 @@ class ClientOutput(Stage):
         outcome = {True: "met", False: "missed"}.get(met, "cancelled" if status == "cancelled" else "no_audio")
         self.metrics.turn_ended(outcome, first_audio, turn.timings)
         timings = {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()}
-        details = {"timings": timings, "deadline_met": met, "underruns": self._audio_sent_of(turn).underruns}
+        delivered = self._delivered_of(turn)
+        details = {"timings": timings, "deadline_met": met, "underruns": delivered.underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
         calls = tuple(protocol.function_call_item(item_id, call.call_id, call.name, call.arguments)
                       for item_id, call in reply.calls)
         await self.send(protocol.response_done(turn.response_id, status, turn.output_item_id,
-                                               self._said.get(turn, reply.text),
+                                               reply.text if delivered.said is None else delivered.said,
                                                (reply.prompt_tokens, reply.output_tokens), calls, **details))
