@@ -11,8 +11,8 @@ GONE = object()
 
 
 class QueueTransport:
-    """What a test `put`s is received in order; what the server sends is kept in `sent` (dicts as sent,
-    or decoded from JSON text). `leave()` is the client vanishing; `close` the server ending the call."""
+    """What a test `put`s is received in order; what the server sends is kept in `sent`, as sent.
+    `leave()` is the client vanishing; `close` the server ending the call."""
 
     def __init__(self) -> None:
         self.inbox: asyncio.Queue = asyncio.Queue()
@@ -27,10 +27,10 @@ class QueueTransport:
             raise Disconnected
         return message
 
-    async def send(self, message: dict | bytes | str) -> None:
+    async def send(self, message: dict | bytes) -> None:
         if self.closed is not None:
             raise Disconnected
-        self.sent.append(json.loads(message) if isinstance(message, str) else message)
+        self.sent.append(message)
         self._arrived.set()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:

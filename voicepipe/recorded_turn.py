@@ -62,9 +62,8 @@ class Recording:
         if isinstance(message, bytes):
             self.audio.append(np.frombuffer(message, "<i2"))
             return
-        event = message
-        self.events.append(event)
-        if event["type"] == ServerEvent.RESPONSE_DONE:
+        self.events.append(message)
+        if message["type"] == ServerEvent.RESPONSE_DONE:
             self.over.set()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
