@@ -97,6 +97,11 @@ class EngineClient:
         self._sessions.add(session)
         self._send_if_alive(m.OpenSession(session))
 
+    def expect(self, session: str, until: float | None) -> None:
+        """A call's caller may be finishing their turn: the engine keeps its steps short until `until`
+        (None: no longer); see `Engine.expect`."""
+        self._send_if_alive(m.Expect(session, until))
+
     def release_session(self, session: str) -> None:
         self._sessions.discard(session)
         self._send_if_alive(m.ReleaseSession(session))

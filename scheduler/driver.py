@@ -32,6 +32,8 @@ def apply(engine: Engine, command: m.Command, send: Send) -> None:
             engine.promote(command.request_id, RequestClass(command.cls), command.deadline, command.session)
         case m.OpenSession():
             engine.open_session(command.session)
+        case m.Expect():
+            engine.expect(command.session, command.until)
         case m.ReleaseSession():
             engine.release_session(command.session)
         case m.SetKnobs():

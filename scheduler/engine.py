@@ -24,7 +24,7 @@ from scheduler.metrics import Metrics, StepRecord
 from scheduler.planner import StepPlan, StepPlanner
 from scheduler.request import Output, RequestClass, Sequence, Status, check_request
 from scheduler.runner import ModelRunner
-from scheduler.sampler import probe_rows, sample_rows
+from scheduler.sampler import probability_of, probe_rows, sample_rows
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,10 @@ class Engine:
         """The model over the plan, then one token per sampling row: probes read before any grammar's mask
         (the model's own belief), constrained rows masked (a batch without any: nothing)."""
         logits = self.runner.run(plan)
+        probed = [c.seq for c in plan.chunks if c.probe_row is not None]
+        for seq, row in zip(probed, logits[len(sampling):], strict=True):
+            seq.probe = probability_of(row, seq.params.probe_tokens)
+        logits = logits[:len(sampling)]
         params = [s.params for s in sampling]
         probes = probe_rows(logits, params)
         if self.constraints.active:  # a finished padding row has no matcher left: never masked
@@ -157,6 +161,7 @@ class Engine:
         if seq.first_token_at is None:
             step.first_tokens.append((cls, now - seq.arrival))
             seq.first_token_at = now
+            probe = seq.probe if seq.params.probe_at is not None else probe
         else:
             step.gaps.append((cls, now - seq.last_token_at))
         seq.last_token_at = now
@@ -207,6 +212,11 @@ class Engine:
     def open_session(self, session: str) -> None:
         """A call began: while any is live, steps stay short enough for its next turn (see the planner)."""
         self.planner.open_session(session)
+
+    def expect(self, session: str, until: float | None) -> None:
+        """A call's caller may be finishing their turn: keep steps short until `until` (None: the turn's
+        first audio is out, or the caller spoke on); see the planner."""
+        self.planner.expect(session, until)
 
     def release_session(self, session: str) -> None:
         """A call ended: its kept conversation prefix may go."""

@@ -47,6 +47,11 @@ class OpenSession(Command):
     session: str
 
 
+class Expect(Command):
+    session: str
+    until: float | None
+
+
 class ReleaseSession(Command):
     session: str
 
@@ -114,8 +119,8 @@ class StartFailed(Event):
     error: str
 
 
-COMMANDS = Add | Abort | SetDeadline | Promote | OpenSession | ReleaseSession | SetKnobs | SubmitJob | CancelJob \
-    | Query | Shutdown
+COMMANDS = Add | Abort | SetDeadline | Promote | OpenSession | Expect | ReleaseSession | SetKnobs | SubmitJob \
+    | CancelJob | Query | Shutdown
 EVENTS = Ready | JobDone | StepOutputs | Answer | StartFailed
 _NDARRAY = 1
 

@@ -93,6 +93,7 @@ class Metrics:
         self.recent_steps.append({
             "t": step.ended, "duration_s": step.ended - step.started, "decode_tokens": decode,
             "prefill_tokens": plan.num_tokens - decode, "seqs": len(plan.chunks), "preempted": len(plan.preempted),
+            "rule": plan.rule,
             "chunks": [{"id": c.seq.request_id, "cls": c.seq.cls.name, "kind": c.kind, "start": c.start,
                         "n": c.n} for c in plan.chunks],
         })

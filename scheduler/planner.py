@@ -2,17 +2,29 @@
 
 Each step is packed under two budgets, `max_batch_tokens` and `max_batch_seqs`. Under the `o4` policy the
 order is: pressing realtime decodes, other running decodes, then prefill shards by (aged) class and
-deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. While a realtime
-request's deadline approaches, other requests' prefill takes at most `realtime_prefill_tokens` of a step,
-and while one is pressing, steps carry realtime work alone: a step's time grows with every sequence in
-it, so a reply about to miss its deadline gets the device's shortest steps. While calls are live, other
-prefill takes at most `live_prefill_tokens` a step, so a turn that begins does not first wait out a long
-step. A realtime request is *pressing* when its deadline (the time its caller's buffered audio runs out,
-or its time-to-first-audio deadline) is within `pressing_window_s`. Waiting requests climb one class per
-`aging_s` they wait, so batch work never starves; the prefill share goes by a request's own class, so an
-aged prompt goes first among the others but does not take a live call's short steps away. When pages run
-out, lower-priority work is preempted (its pages released, to be recomputed later, mostly from the prefix
-cache); a pressing realtime request never is.
+deadline, a prompt taking whole shards of `shard_tokens` while the token budget lasts. A realtime request
+is *pressing* when its deadline (the time its caller's buffered audio runs out, or its time-to-first-audio
+deadline) is within `pressing_window_s`. Waiting requests climb one class per `aging_s` they wait, so batch
+work never starves. When pages run out, lower-priority work is preempted (its pages released, to be
+recomputed later, mostly from the prefix cache); a pressing realtime request never is.
+
+What a step may give to other work than realtime replies (`Background`, the first rule that holds; the
+step trace names it):
+- `pressing`: a realtime reply is pressing: the step carries realtime work alone; a step's time grows
+  with every sequence in it, so a reply about to miss its deadline gets the device's shortest steps.
+- `deadline_near`: a realtime deadline is within two pressing windows: other prefill takes at most
+  `realtime_prefill_tokens` of a step.
+- `expecting`: a caller may be finishing their turn (`expect`: their VAD heard the first silence, until
+  the turn's first audio or its deadline): a step carries at most `expect_background_seqs` other
+  sequences and `expect_prefill_tokens` of other prefill. The end-of-turn ASR pass and the reply's
+  prefill each wait first for the step in flight, and a wide decode batch beside a long prompt is the
+  longest step there is. Decodes take turns (the one that waited longest goes first), so each stream
+  slows a little rather than some stopping.
+- `live_call`: calls are live: other prefill takes at most `live_prefill_tokens` a step, so a turn that
+  begins does not first wait out a long step.
+- `open`: everything.
+The prefill share goes by a request's own class, so an aged prompt goes first among the others but does
+not take a live call's short steps away.
 
 `fcfs` is continuous batching without classes (running first, then waiting, by arrival; chunks as large as
 the budget allows); `static` runs fixed batches that wait for their longest member.
@@ -44,6 +56,12 @@ class Chunk:
     def kind(self) -> str:
         return "decode" if self.n == 1 and self.seq.output_ids else "prefill"
 
+    @property
+    def probe_row(self) -> int | None:
+        """The row of this chunk whose logits its sequence's pending probe reads, if it carries it."""
+        at = self.seq.params.probe_at
+        return at - self.start if self.seq.probe_pending and self.start <= at < self.start + self.n else None
+
 
 @dataclass(frozen=True, slots=True)
 class Background:
@@ -51,9 +69,11 @@ class Background:
 
     allowed: bool = True  # False while a reply is pressing: the step carries realtime work alone
     prefill_tokens: float = math.inf  # the share of the step non-realtime prompts may take
+    seqs: float = math.inf  # the non-realtime sequences the step may carry
+    rule: str = "open"  # which rule set the share, for the step trace
 
 
-REALTIME_ONLY = Background(allowed=False, prefill_tokens=0)
+REALTIME_ONLY = Background(allowed=False, prefill_tokens=0, seqs=0, rule="pressing")
 
 # What a sequence asks of a step, in the order o4 serves it (before its class and deadline).
 PRESSING_DECODE, DECODE, PREFILL = 0, 1, 2
@@ -63,6 +83,7 @@ PRESSING_DECODE, DECODE, PREFILL = 0, 1, 2
 class StepPlan:
     chunks: list[Chunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    rule: str = "open"  # the rule that bounded its background work (`Background.rule`)
 
     @property
     def num_tokens(self) -> int:
@@ -77,6 +98,8 @@ class StepPlanner:
         self.by_id: dict[str, Sequence] = {}  # the unfinished sequences by request id
         self.output_lengths: deque[int] = deque(maxlen=256)
         self.live_sessions: set[str] = set()  # calls in progress, whose next turn may start at any moment
+        self.expected: dict[str, float] = {}  # calls whose caller may be finishing -> until when
+        self.steps_planned = 0
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -100,7 +123,15 @@ class StepPlanner:
     def close_session(self, session: str) -> None:
         """A call ended: its kept conversation prefix may go."""
         self.live_sessions.discard(session)
+        self.expected.pop(session, None)
         self.pool.unpin(session)
+
+    def expect(self, session: str, until: float | None) -> None:
+        """A call's caller may be finishing their turn: keep steps short until `until` (None: no longer)."""
+        if until is None:
+            self.expected.pop(session, None)
+        else:
+            self.expected[session] = until
 
     def remap(self, moves: dict[int, int]) -> None:
         """Compaction moved pages: the running sequences' page tables follow."""
@@ -131,7 +162,8 @@ class StepPlanner:
         decoding = seq.status is Status.RUNNING and seq.remaining_prefill == 1
         work = PRESSING_DECODE if decoding and self.pressing(seq, now) else DECODE if decoding else PREFILL
         deadline = seq.deadline if seq.deadline is not None else math.inf
-        return (work, self.effective_class(seq, now), deadline, seq.arrival)
+        # Decodes take turns by the step that last carried them, so steps that cannot carry them all rotate.
+        return (work, self.effective_class(seq, now), deadline, seq.last_step if decoding else seq.arrival)
 
     def predicted_output(self, seq: Sequence) -> int:
         """Growth to expect: the p95 of observed output lengths, capped by the request's own limit."""
@@ -147,18 +179,20 @@ class StepPlanner:
         now = time.monotonic() if now is None else now
         if self.config.policy == "static":
             return self._plan_static()
-        plan = StepPlan()
-        tokens_left, seqs_left = self.config.max_batch_tokens, self.config.max_batch_seqs
         budget = self._background(now)
-        background_left = budget.prefill_tokens
+        plan = StepPlan(rule=budget.rule)
+        self.steps_planned += 1
+        tokens_left, seqs_left = self.config.max_batch_tokens, self.config.max_batch_seqs
+        background_left, others_left = budget.prefill_tokens, budget.seqs
         planned: set[int] = set()
         for seq in sorted(self.sequences, key=lambda s: self._priority(s, now)):
             if tokens_left <= 0 or seqs_left <= 0:
                 break
             # While a reply is pressing, nothing but realtime work; otherwise other prompts take a share, by
             # their own class: one aged into the realtime class goes first among them, not past the share.
-            background = seq.remaining_prefill > 1 and seq.cls > RequestClass.REALTIME
-            if not budget.allowed and seq.cls > RequestClass.REALTIME or background and background_left <= 0:
+            other = seq.cls > RequestClass.REALTIME
+            background = seq.remaining_prefill > 1 and other
+            if not budget.allowed and other or background and background_left <= 0 or other and others_left <= 0:
                 continue
             if seq in plan.preempted or (seq.status is Status.WAITING and not self._admit(seq)):
                 continue
@@ -166,9 +200,11 @@ class StepPlanner:
             if not self._grow(seq, n, plan, planned, now):
                 continue
             plan.chunks.append(Chunk(seq, seq.num_cached, n))
+            seq.last_step = self.steps_planned
             planned.add(id(seq))
             tokens_left -= n
             seqs_left -= 1
+            others_left -= other
             if background:
                 background_left -= n
         return plan
@@ -185,9 +221,17 @@ class StepPlanner:
         if slack <= self.config.pressing_window_s:
             return REALTIME_ONLY
         if slack <= 2 * self.config.pressing_window_s:
-            return Background(prefill_tokens=self.config.realtime_prefill_tokens)
+            return Background(prefill_tokens=self.config.realtime_prefill_tokens, rule="deadline_near")
+        for session, until in list(self.expected.items()):
+            if until <= now:
+                del self.expected[session]
+        if self.expected:  # a caller may be finishing: their turn's first work is about to arrive
+            return Background(prefill_tokens=self.config.expect_prefill_tokens,
+                              seqs=self.config.expect_background_seqs, rule="expecting")
         # A turn may begin at any moment of a live call, and waits first for the step in flight.
-        return Background(prefill_tokens=self.config.live_prefill_tokens if self.live_sessions else math.inf)
+        if self.live_sessions:
+            return Background(prefill_tokens=self.config.live_prefill_tokens, rule="live_call")
+        return Background()
 
     def _chunk_size(self, seq: Sequence, tokens_left: int) -> int:
         """How many of seq's tokens this step carries: under `o4`, whole shards while the budget lasts.
@@ -209,7 +253,7 @@ class StepPlanner:
         prompt, or its own tokens before a preemption) are taken over instead of recomputed.
         """
         pool = self.pool
-        seq.pages = pool.match_prefix(seq.tokens)
+        seq.pages = pool.match_prefix(seq.cacheable)
         seq.num_cached = len(seq.pages) * pool.page_tokens
         growth = pool.pages_for(seq.num_tokens + self.predicted_output(seq)) - len(seq.pages)
         while not pool.can_allocate(growth) and pool.unpin_oldest():

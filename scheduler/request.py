@@ -40,6 +40,10 @@ class SamplingParams:
     # how a caller reads the model's own belief that, say, a sentence is over (its final punctuation or the
     # end-of-message token next).
     probe_tokens: tuple[int, ...] = ()
+    # With `probe_tokens`: read the probe once, at this prompt position (the logits that predict the token
+    # after it), in the request's own prefill, and report it with the first token. A reply so carries a
+    # question about its own prompt (has the caller finished?) without a second request.
+    probe_at: int | None = None
     grammar: Grammar | None = None  # what the output must match (constrained decoding), if anything
 
 
@@ -51,6 +55,8 @@ def check_request(prompt_ids: list[int], params: SamplingParams) -> None:
         raise ValueError("max_tokens must be at least 1")
     if any(t < 0 for t in params.probe_tokens):
         raise ValueError("probe_tokens must be token ids")
+    if params.probe_at is not None and not (params.probe_tokens and 0 <= params.probe_at < len(prompt_ids)):
+        raise ValueError("probe_at must be a prompt position, with probe_tokens")
     if params.grammar is not None:
         params.grammar.check()
 
@@ -63,7 +69,8 @@ class Output:
     text: str
     finished: bool = False
     finish_reason: str | None = None
-    probe: float | None = None  # P(next token in params.probe_tokens) where this token was sampled
+    probe: float | None = None  # P(next token in params.probe_tokens) where this token was sampled (or at
+    # params.probe_at, with the first token)
 
 
 _ids = itertools.count()
@@ -94,6 +101,17 @@ class Sequence:
     last_token_at: float | None = None
     detokenizer: Detokenizer | None = None  # made by the engine when the request is added
     page_keys: list[tuple] = field(default_factory=list)  # prefix-cache keys of its full pages so far
+    probe: float | None = None  # read at params.probe_at, once its prefill got there
+    last_step: int = -1  # the planner's count of the last step that carried it
+
+    @property
+    def probe_pending(self) -> bool:
+        return self.params.probe_at is not None and self.probe is None
+
+    @property
+    def cacheable(self) -> list[int]:
+        """The tokens whose cached pages it may take over: all but a position it must still compute to probe."""
+        return self.tokens[:self.params.probe_at + 1] if self.probe_pending else self.tokens
 
     @property
     def text(self) -> str:

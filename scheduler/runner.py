@@ -88,7 +88,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, plan: StepPlan) -> torch.Tensor:
-        """Run the step; returns the logits of the chunks that sample a token, in plan order."""
+        """Run the step; returns the logits of the chunks that sample a token, in plan order, then those of
+        the rows a pending probe reads (`Chunk.probe_row`), in plan order."""
         ids, positions, slots, q_lens, kv_lens, sample_rows = [], [], [], [0], [], []
         for chunk in plan.chunks:
             seq, end = chunk.seq, chunk.start + chunk.n
@@ -100,6 +101,8 @@ class ModelRunner:
             kv_lens.append(end)
             if chunk.samples:
                 sample_rows.append(q_lens[-1] - 1)
+        sample_rows += [q_start + c.probe_row for q_start, c in zip(q_lens, plan.chunks, strict=False)
+                        if c.probe_row is not None]
         width = max(len(c.seq.pages) for c in plan.chunks)
         tables = [c.seq.pages + [0] * (width - len(c.seq.pages)) for c in plan.chunks]
         as_tensor = lambda x, dtype=torch.int32: torch.tensor(x, dtype=dtype, device=self.device)  # noqa: E731

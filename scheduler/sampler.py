@@ -34,12 +34,15 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams], positions: l
     return tokens
 
 
+def probability_of(logits: torch.Tensor, tokens: tuple[int, ...]) -> float:
+    """The probability that the next token is one of `tokens`, under the model's own distribution
+    (temperature 1)."""
+    wanted = [t for t in tokens if t < logits.shape[-1]]
+    return float(torch.softmax(logits, dim=-1)[wanted].sum())
+
+
 def probe_rows(logits: torch.Tensor, params: list[SamplingParams]) -> list[float | None]:
-    """Per row, the probability that its next token is one of its `probe_tokens`, under the model's own
-    distribution (temperature 1); None for rows without any."""
-    probes: list[float | None] = [None] * len(params)
-    for row, p in enumerate(params):
-        if p.probe_tokens:
-            wanted = [t for t in p.probe_tokens if t < logits.shape[-1]]
-            probes[row] = float(torch.softmax(logits[row], dim=-1)[wanted].sum())
-    return probes
+    """Per sampled row, its probe (`probe`); None for rows without one, or whose probe is read at a prompt
+    position instead (`probe_at`)."""
+    return [probability_of(logits[row], p.probe_tokens) if p.probe_tokens and p.probe_at is None else None
+            for row, p in enumerate(params)]

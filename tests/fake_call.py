@@ -60,14 +60,14 @@ class Call:
         now = time.monotonic()
         events = [SpeechStarted(item, 0, now), SpeechAudio(item, np.zeros(SECOND, np.float32), False)]
         if pause:
-            events.append(SpeechPaused(item, SECOND, now))
+            events.append(SpeechPaused(item, SECOND, now, now))
         if stop:
             events.append(SpeechStopped(item, 1000, now, SECOND))
         await self.push(*events)
 
     def speculative(self):
         """The reply request started at the pause (not the end-of-turn judge's one-token request)."""
-        return next(r for r in reversed(self.engine.requests) if not r.params.probe_tokens)
+        return next(r for r in reversed(self.engine.requests) if r.params.max_tokens > 1)
 
     async def close(self) -> None:
         await self.pipeline.stop()

@@ -87,6 +87,7 @@ class FakeEngine:
         self.jobs: list[tuple[str, RequestClass]] = []
         self.promoted: list[tuple[str, RequestClass]] = []
         self.sessions: set[str] = set()  # the calls open
+        self.expected: list[tuple[str, float | None]] = []  # the hints that a caller may be finishing, in order
         self.gate = asyncio.Event()
         self.gate.set()
         self.gated: Callable[[str], bool] = lambda question: True  # which questions' replies wait on `gate`
@@ -110,7 +111,8 @@ class FakeEngine:
                 if self.gated(question):
                     await self.gate.wait()
                 request.tokens += 1
-                probe = end_probability(question) if params.probe_tokens else None
+                probe = end_probability(question) if params.probe_tokens and (n == 0 or params.probe_at is None) \
+                    else None
                 yield Output(n, word if n == 0 else " " + word, probe=probe)
             yield Output(None, "", True, "stop" if len(words) < params.max_tokens else "length")
         finally:
@@ -146,6 +148,9 @@ class FakeEngine:
 
     def release_session(self, session: str) -> None:
         self.sessions.discard(session)
+
+    def expect(self, session: str, until: float | None) -> None:
+        self.expected.append((session, until))
 
 
 class FakeASR:

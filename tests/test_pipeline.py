@@ -67,7 +67,7 @@ async def test_a_speculative_reply_is_held_until_the_end_of_speech_is_confirmed(
     call = Call()
     await call.utterance(pause=True, stop=False)
     speculative = call.speculative()
-    assert speculative.cls is RequestClass.INTERACTIVE and speculative.tokens > 0  # the reply is being written
+    assert speculative.tokens > 0  # the reply is being written (as a REALTIME request: it also decides the turn)
     assert ServerEvent.RESPONSE_CREATED not in call.client.kinds()  # but the caller hears nothing of it
     assert call.conversation.items == []
     await call.push(SpeechStopped("item_1", 1000, time.monotonic(), SECOND))
@@ -98,7 +98,7 @@ async def test_a_speculative_reply_is_dropped_unheard_when_the_caller_goes_on():
 async def test_only_the_first_piece_of_a_reply_may_end_at_a_clause():
     turn = Turn("resp_1", "req_1", "item_1", 0.0, 1.0)
     deltas = ["Well, as you know, the answer", " is Paris, of course. It", " is big, old, and lovely. "]
-    out, _ = await run_stage(SentenceAggregator(clause_chars=16), [*(TextDelta(turn, d) for d in deltas),
+    out, _ = await run_stage(SentenceAggregator(), [*(TextDelta(turn, d) for d in deltas),
                                                                     TextDone(turn, Reply())])
     sentences = [e.text for e in out if type(e).__name__ == "Sentence"]
     assert sentences == ["Well, as you know,", "the answer is Paris, of course.", "It is big, old, and lovely."]

@@ -205,3 +205,32 @@ def test_steps_stay_short_while_calls_are_live():
     assert run_step(planner, 0.1).num_tokens == 64
     planner.live_sessions.discard("call-1")
     assert run_step(planner, 0.2).num_tokens == 256
+
+
+def test_while_a_caller_may_be_finishing_background_steps_stay_under_the_cap():
+    planner = make_planner(slabs=16, max_batch_tokens=256, max_batch_seqs=32, expect_background_seqs=4,
+                           expect_prefill_tokens=16)
+    streams = [request(8, max_tokens=100, arrival=9.9 + i / 100, first_token=100 * i + 1) for i in range(12)]
+    for seq in streams:
+        planner.add(seq)
+    now = 10.0
+    while any(s.remaining_prefill > 1 for s in streams):
+        run_step(planner, now)
+        now += 0.05
+    planner.add(request(200, arrival=now, first_token=5000))  # a long prompt arrives too
+    assert len(run_step(planner, now).chunks) == 13 and planner.plan(now).rule == "open"  # nothing held back
+    planner.expect("call-1", until=now + 1.0)  # the call's VAD heard its caller fall silent
+    carried: set[str] = set()
+    for _ in range(3):
+        plan = run_step(planner, now)
+        assert plan.rule == "expecting"
+        assert len(plan.chunks) <= 4 and sum(c.n for c in plan.chunks if c.kind == "prefill") <= 16
+        carried |= {c.seq.request_id for c in plan.chunks if c.kind == "decode"}
+        now += 0.05
+    assert len(carried) == 12  # the streams took turns: none stopped
+    turn = request(40, RT, deadline=now + 1.4, arrival=now, first_token=9000)
+    planner.add(turn)
+    assert turn in [c.seq for c in run_step(planner, now).chunks]  # the caller's own work is never capped
+    now += 2.0  # the hint ran out (the turn's first audio was never reported)
+    turn.deadline = None
+    assert planner.plan(now).rule == "open"

@@ -67,7 +67,7 @@ async def test_stream_stops_before_a_stop_string(hf_llm):
 def test_streamed_text_is_released_in_whole_sentences():
     out, rest = [], ""
     for delta in ["Paris is", " the capital. It is", " big! Pi is 3.14", " or so"]:
-        done, rest = split_ready(rest + delta, clause_chars=None)
+        done, rest = split_ready(rest + delta, None)
         out += done
     assert out == ["Paris is the capital.", "It is big!"]
     assert rest.strip() == "Pi is 3.14 or so"

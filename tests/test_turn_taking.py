@@ -2,6 +2,8 @@
 a finished sentence at its pause and leaving a cut one open, manual turns that never answer by themselves,
 replies left to the client, speech over the reply that does not stop it, and a cough too short to."""
 
+import time
+
 import numpy as np
 import pytest
 from fake_call import QUESTION, SECOND, Call
@@ -10,7 +12,7 @@ from voicepipe.pipeline.end_of_turn import is_backchannel, judge_prompt, sentenc
 from voicepipe.pipeline.events import AudioIn, CommitRequested, ResponseRequested
 from voicepipe.protocol import ServerEvent
 from voicepipe.turn_detection import TurnDetection
-from voicepipe.vad import WINDOW, Boundary
+from voicepipe.vad import SAMPLE_RATE, WINDOW, Boundary
 
 
 class ScriptedEndpointer:
@@ -18,11 +20,13 @@ class ScriptedEndpointer:
 
     def __init__(self, settings, script: list[list[Boundary]]) -> None:
         self.settings, self.script, self.max_utterance_s = settings, script, 30.0
-        self.commits, self.speech_samples, self.limits = 0, 0, []
+        self.commits, self.speech_samples, self.limits, self.fed = 0, 0, [], 0
 
     def feed(self, samples: np.ndarray) -> list[Boundary]:
+        """The next boundaries, as if the audio up to the last of them had just been fed."""
         found = self.script.pop(0) if self.script else []
         self.speech_samples = max([self.speech_samples, *(b.speech_samples for b in found)])
+        self.fed = max([self.fed + len(samples), *(b.position for b in found)])
         return found
 
     def end_after(self, silence_ms: int) -> list[Boundary]:
@@ -43,7 +47,9 @@ def speech(windows: int, pause: bool = False) -> list[Boundary]:
     """Speech starting, `windows` windows of it, then (optionally) the first pause."""
     found = [Boundary("start", 0), *(Boundary("audio", WINDOW * (n + 1), np.zeros(WINDOW, np.float32), True)
                                      for n in range(windows))]
-    return found + ([Boundary("pause", WINDOW * (windows + 6), speech_samples=WINDOW * windows)] if pause else [])
+    silence = [Boundary("quiet", WINDOW * (windows + 3), speech_samples=WINDOW * windows),
+               Boundary("pause", WINDOW * (windows + 6), speech_samples=WINDOW * windows)]
+    return found + (silence if pause else [])
 
 
 def scripted(call: Call, script: list[list[Boundary]]) -> ScriptedEndpointer:
@@ -66,6 +72,42 @@ async def test_a_finished_sentence_ends_its_turn_at_the_first_pause():
     assert ServerEvent.SPEECH_STOPPED in kinds and kinds[-1] == ServerEvent.RESPONSE_DONE
     finals = [kind for kind, _ in call.engine.jobs if kind == "asr_final"]
     assert call.client.of(ServerEvent.RESPONSE_CREATED) and len(finals) == 1  # the pause's pass is the final one
+    await call.close()
+
+
+async def test_a_turn_is_timed_from_the_callers_last_voiced_frame():
+    call = Call()
+    scripted(call, [speech(30, pause=True)])  # the pause is heard 6 windows (192 ms) after the last speech
+    before = time.monotonic()
+    await feed(call)
+    after = time.monotonic()
+    silence_s = 6 * WINDOW / SAMPLE_RATE
+    reply = call.speculative()
+    spoke_until = reply.deadlines[0] - call.config.ttfa_s  # the deadline counts from the caller's last word
+    assert before - silence_s <= spoke_until <= after - silence_s + 1e-6
+    done = call.client.of(ServerEvent.RESPONSE_DONE)[0]["response"]
+    assert done["timings"]["pause_s"] == pytest.approx(silence_s, abs=0.05)  # the pause took its 192 ms
+    assert done["timings"]["first_audio_s"] >= silence_s
+    assert sum(done["waterfall"].values()) == pytest.approx(done["timings"]["first_audio_s"], abs=1e-3)
+    await call.close()
+
+
+async def test_the_engine_expects_the_caller_from_their_first_silence_until_the_first_audio():
+    call = Call()
+    scripted(call, [speech(30, pause=True)])
+    await feed(call)
+    hints = call.engine.expected
+    assert [until is None for _, until in hints] == [False, True]  # told at the silence, then released
+    assert hints[0][1] == pytest.approx(call.speculative().deadlines[0])  # until the turn's deadline
+    await call.close()
+
+
+async def test_the_engine_stops_expecting_a_caller_who_speaks_on():
+    call = Call()
+    call.asr.text = "What is the capital of"
+    scripted(call, [speech(30, pause=True), [Boundary("audio", 40 * WINDOW, np.ones(WINDOW, np.float32), True)]])
+    await feed(call, 2)
+    assert call.engine.expected[-1] == ("call", None)  # speech came back: no turn is ending
     await call.close()
 
 

@@ -99,6 +99,6 @@ def stage_timings(timings: dict[str, float]) -> dict[str, float | None]:
         value, start = at(stage), at(Mark.REPLY_STARTED)
         return None if value is None or start is None else value - start
 
-    return {"asr_s": at(Mark.FINAL_TRANSCRIPT), "llm_first_token_s": since_request(Mark.FIRST_TOKEN),
+    return {"asr_s": at(Mark.TRANSCRIPT), "llm_first_token_s": since_request(Mark.FIRST_TOKEN),
             "llm_total_s": since_request(Mark.TEXT_DONE), "tts_first_audio_s": at(Mark.FIRST_AUDIO),
             "total_s": at(Mark.DONE)}

@@ -74,11 +74,13 @@ class Boundary:
 
     start: speech began (`position` is where the utterance audio begins, prefix padding included).
     audio: more utterance audio (`audio`), `is_speech` telling whether the VAD heard speech in it.
+    quiet: the first silence after speech (`quiet_ms` of it): the turn may be ending, so the device had
+      better keep its steps short from now on.
     pause: silence began after speech; `speech_samples` of the utterance hold all its speech so far.
     stop: the utterance ended at stream `position`; `truncated` when it was cut at the length limit.
     """
 
-    kind: Literal["start", "audio", "pause", "stop"]
+    kind: Literal["start", "audio", "quiet", "pause", "stop"]
     position: int  # samples since the stream began
     audio: np.ndarray | None = None
     is_speech: bool = False
@@ -91,18 +93,19 @@ class Endpointer:
 
     `early_pause_ms` of silence announces a pause before the end is confirmed, so the final transcription
     (and under semantic_vad the end-of-turn decision) can begin while the endpointer still waits for the
-    settings' longest silence. An utterance reaching `max_utterance_s` is cut there; the rest of that
+    settings' longest silence; `quiet_ms` of silence says sooner that it may be coming. An utterance
+    reaching `max_utterance_s` is cut there; the rest of that
     speech is ignored until the caller next falls silent. Under manual turns every sample belongs to the
     utterance in progress, from the first one after the last commit, and no silence ends it.
     """
 
     def __init__(self, settings: TurnDetection | None = None, vad: SileroVAD | None = None,
-                 max_utterance_s: float = 30.0, early_pause_ms: int = 200) -> None:
+                 max_utterance_s: float = 30.0, early_pause_ms: int = 200, quiet_ms: int = 96) -> None:
         self.settings = settings or TurnDetection()
         self.vad = vad or SileroVAD()
         self.max_utterance_s = max_utterance_s
         self.max_windows = max(1, int(max_utterance_s * SAMPLE_RATE) // WINDOW)
-        self.early_pause_ms = early_pause_ms
+        self.early_pause_ms, self.quiet_ms = early_pause_ms, quiet_ms
         self._pending = np.zeros(0, np.float32)
         self._position = 0  # samples fed to the VAD so far
         self._prefix: deque[np.ndarray] = deque()
@@ -110,7 +113,13 @@ class Endpointer:
         self._windows = 0  # windows in the current utterance
         self._silent = 0  # consecutive silent windows
         self._paused = False
+        self._quiet = False  # the quiet boundary of this silence was reported
         self._limit_ms: int | None = None  # a silence limit for this pause, from `end_after`
+
+    @property
+    def fed(self) -> int:
+        """Samples fed so far, the ones not yet in a whole window included."""
+        return self._position + len(self._pending)
 
     def feed(self, samples: np.ndarray) -> list[Boundary]:
         """Add audio; return what it revealed, in order."""
@@ -167,15 +176,20 @@ class Endpointer:
         self._windows += 1
         found = [Boundary("audio", self._position, window, is_speech=speech)]
         speech_samples = (self._windows - self._silent) * WINDOW
+        silence_ms = self._silent * WINDOW_MS
         if s.manual:
             pass
         elif speech:
-            self._paused, self._limit_ms = False, None
-        elif not self._paused and self._silent * WINDOW_MS >= self.early_pause_ms:
-            self._paused = True
-            found.append(Boundary("pause", self._position, speech_samples=speech_samples))
+            self._paused, self._quiet, self._limit_ms = False, False, None
+        else:
+            if not self._quiet and silence_ms >= self.quiet_ms:
+                self._quiet = True
+                found.append(Boundary("quiet", self._position, speech_samples=speech_samples))
+            if not self._paused and silence_ms >= self.early_pause_ms:
+                self._paused = True
+                found.append(Boundary("pause", self._position, speech_samples=speech_samples))
         limit = s.max_silence_ms if self._limit_ms is None else min(self._limit_ms, s.max_silence_ms)
-        if not s.manual and self._silent * WINDOW_MS >= limit:
+        if not s.manual and silence_ms >= limit:
             self._state = "idle"
             found.append(Boundary("stop", self._position, speech_samples=speech_samples))
         elif self._windows >= self.max_windows:
@@ -187,6 +201,7 @@ class Endpointer:
         head = np.concatenate([*self._prefix, window])
         self._prefix.clear()
         self._state, self._windows, self._silent, self._paused = "speech", len(head) // WINDOW, 0, False
+        self._quiet = False
         self._limit_ms = None
         return [Boundary("start", self._position - len(head)),
                 Boundary("audio", self._position, head, is_speech=True)]

@@ -149,7 +149,7 @@ class ASRStage(Stage):
     async def _early_final(self, utt: _Utterance, paused: SpeechPaused, due: float) -> str:
         """The final pass at the pause; its transcript goes out at once, so a reply can start on it."""
         text = await self._final_pass(utt.audio(), due)
-        self.emit(TranscriptEarly(utt.item_id, text, paused.at))
+        self.emit(TranscriptEarly(utt.item_id, text, paused.at, paused.speech_end))
         return text
 
     async def _final(self, utt: _Utterance, stopped: SpeechStopped, previous: asyncio.Task | None) -> None:
@@ -173,8 +173,9 @@ class ASRStage(Stage):
             text = await self._final_pass(utt.audio(), stopped.at)
         if previous is not None:
             await asyncio.wait({previous})  # transcripts go out in the order the utterances ended
-        self.emit(TranscriptFinal(utt.item_id, text, stopped.at, time.monotonic() - stopped.at,
-                                  utt.samples / SAMPLE_RATE))
+        end = stopped.voiced_end
+        self.emit(TranscriptFinal(utt.item_id, text, end, time.monotonic() - end, utt.samples / SAMPLE_RATE,
+                                  stopped.at))
 
     async def _final_pass(self, audio: np.ndarray, deadline: float) -> str:
         audio = resample(audio, SAMPLE_RATE, self.asr_rate)

@@ -1,6 +1,9 @@
 """Has the caller finished? The LLM's own answer: the probability that the words heard so far are followed
-by a sentence's final punctuation or the end of the message, read from a one-token request over the
-conversation (whose prefix is in the KV cache, so only the new message is computed).
+by a sentence's final punctuation or the end of the message. It is read in the speculative reply's own
+prefill, at the position of the caller's last word (`probe_position`): a pause costs one request. Where
+that reply does not run (no speculation, words said over the assistant) or the prompts do not line up, a
+one-token request over the conversation asks it instead (its prefix is in the KV cache, so only the new
+message is computed).
 
 The transcript's own final punctuation is taken off first: Whisper ends a fragment with "?" as readily as a
 question ("What is the capital of?"), so it says nothing about the words, while the model's expectation of
@@ -13,6 +16,7 @@ A backchannel ("mm-hm", "yeah") or a cough said over the assistant is not a turn
 import functools
 import re
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from scheduler import RequestClass, SamplingParams
@@ -57,11 +61,32 @@ def judge_prompt(prompt_ids: list[int], end_token: int) -> list[int] | None:
     return None
 
 
+def judged_prompt(tokenizer: Any, prompt_ids: list[int]) -> list[int] | None:
+    """What the judge reads of a reply's prompt (its last message `unpunctuated`): all of it up to the
+    caller's last word; None when the chat template has no end token to cut at."""
+    end = tokenizer.eos_token_id
+    return judge_prompt(prompt_ids, end) if end is not None else None
+
+
+def probe_position(reply_prompt: list[int], judged: list[int] | None) -> int | None:
+    """Where a reply's own prefill can answer the judge: the judge's last position, when the judge's
+    prompt is a prefix of the reply's (the caller's words tokenize the same with and without their final
+    punctuation, as they do under byte-pair tokenizers that split punctuation off); None otherwise."""
+    if judged is None or len(judged) > len(reply_prompt) or reply_prompt[:len(judged)] != judged:
+        return None
+    return len(judged) - 1
+
+
+def probe_params(tokenizer: Any, params: SamplingParams, position: int) -> SamplingParams:
+    """`params` that also read the end-of-turn probability at prompt `position`, in the same prefill."""
+    return replace(params, probe_tokens=sentence_end_tokens(tokenizer), probe_at=position)
+
+
 async def end_probability(engine: EngineClient, tokenizer: Any, prompt_ids: list[int], deadline: float) -> float | None:
     """The model's probability that the last message of `prompt_ids` (a reply's prompt, its last message
-    `unpunctuated`) is a finished sentence; None when the chat template has no end token to cut at."""
-    end = tokenizer.eos_token_id
-    judged = judge_prompt(prompt_ids, end) if end is not None else None
+    `unpunctuated`) is a finished sentence, as a request of its own; None when the chat template has no
+    end token to cut at."""
+    judged = judged_prompt(tokenizer, prompt_ids)
     if judged is None:
         return None
     params = SamplingParams(max_tokens=1, probe_tokens=sentence_end_tokens(tokenizer))

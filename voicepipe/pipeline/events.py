@@ -73,30 +73,40 @@ class SpeechAudio(Event):
 class SpeechPaused(Event):
     """Silence began after speech: the utterance may be over, so its final transcription can start early.
 
-    `speech_samples` is how much of the utterance's audio holds all the speech heard so far.
+    `speech_samples` is how much of the utterance's audio holds all the speech heard so far; `speech_end`
+    is when the caller's last voiced frame came in (the caller's clock: every turn figure counts from it).
     """
 
     item_id: str
     speech_samples: int
     at: float
+    speech_end: float
 
 
 @dataclass(frozen=True, slots=True)
 class SpeechResumed(Event):
-    """Speech came back after a pause, before the end of the utterance was confirmed."""
+    """Speech came back after a pause (or the first silence, `SpeechQuiet`), before the end of the
+    utterance was confirmed."""
 
     item_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class SpeechStopped(Event):
-    """The end of the utterance is confirmed (enough silence, or the utterance grew too long)."""
+    """The end of the utterance is confirmed (enough silence, the LLM's verdict, a commit, or the length
+    limit) at `at`; the caller stopped speaking at `speech_end` (their last voiced frame, or the commit
+    under manual turns), which every turn timing and deadline counts from."""
 
     item_id: str
     audio_end_ms: int
-    at: float  # the end of speech every turn timing is measured from
+    at: float
     speech_samples: int
     truncated: bool = False
+    speech_end: float | None = None  # None: `at`
+
+    @property
+    def voiced_end(self) -> float:
+        return self.at if self.speech_end is None else self.speech_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +124,10 @@ class TranscriptFinal(Event):
 
     item_id: str
     text: str
-    speech_end: float  # SpeechStopped.at
+    speech_end: float  # the caller's last voiced frame (SpeechStopped.voiced_end)
     ready_s: float  # seconds from the end of speech to this transcript
     audio_s: float = 0.0  # the utterance's audio, transcribed
+    confirmed_at: float | None = None  # when the end of speech was confirmed (SpeechStopped.at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +138,16 @@ class TranscriptEarly(Event):
     item_id: str
     text: str
     paused_at: float
+    speech_end: float  # SpeechPaused.speech_end
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechQuiet(Event):
+    """The first silence after speech (`Endpointer.quiet_ms`): the caller may be about to finish, so the
+    engine hears of it (a hint to keep its steps short) before the pause is even certain."""
+
+    item_id: str
+    speech_end: float
 
 
 @dataclass(frozen=True, slots=True)

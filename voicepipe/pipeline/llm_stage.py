@@ -12,7 +12,14 @@ from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.ids import new_id
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
-from voicepipe.pipeline.end_of_turn import end_probability, is_backchannel, unpunctuated
+from voicepipe.pipeline.end_of_turn import (
+    end_probability,
+    is_backchannel,
+    judged_prompt,
+    probe_params,
+    probe_position,
+    unpunctuated,
+)
 from voicepipe.pipeline.events import (
     BargeIn,
     BargeInResolved,
@@ -33,6 +40,7 @@ from voicepipe.pipeline.events import (
     Played,
     ResponseCreated,
     ResponseRequested,
+    SpeechQuiet,
     SpeechResumed,
     SpeechStarted,
     SpeechStopped,
@@ -58,11 +66,15 @@ class LLMStage(Stage):
     between turns and only the new messages are prefilled. A transcript that arrives while the caller is
     already speaking again joins the conversation without a reply: the next utterance answers both.
 
-    Speculative replies: the transcript taken at the caller's first pause starts a reply at once, as an
-    INTERACTIVE request outside the conversation, while the endpointer still waits to confirm the end of
-    speech. If the final transcript is the same, the turn is confirmed (its messages join the
-    conversation, its request becomes REALTIME, what it held back is released); if the caller speaks
-    again, it is dropped before anything of it was sent.
+    Speculative replies: the transcript taken at the caller's first pause starts a reply at once, as a
+    REALTIME request outside the conversation, while the endpointer still waits to confirm the end of
+    speech; under semantic turns its prefill also reads whether the caller has finished (`end_of_turn`).
+    If the final transcript is the same, the turn is confirmed (its messages join the conversation, what
+    it held back is released); if the caller speaks again, it is dropped before anything of it was sent.
+
+    Every turn is timed from the caller's last voiced frame. From the caller's first silence until the
+    turn's first audio, the engine is told to expect them (`EngineClient.expect`), so the work of that
+    turn never waits behind a long step.
 
     This stage owns the conversation: it also keeps what the caller heard of each recent reply (from the
     output stage's `Played` and `PlaybackPaused` feedback), so that a reply cut off by the caller, a
@@ -92,7 +104,10 @@ class LLMStage(Stage):
     async def process(self, event: Event) -> None:
         self.emit(event)
         detection = self.config.turn_detection
-        if isinstance(event, SpeechStarted):
+        if isinstance(event, SpeechQuiet):
+            if not detection.manual and detection.create_response:
+                self.engine.expect(self.call_id, event.speech_end + self.config.ttfa_s)
+        elif isinstance(event, SpeechStarted):
             self._user_speaking, self._called_for = True, None
             self._drop_speculation()
             if not self._primed:
@@ -111,13 +126,15 @@ class LLMStage(Stage):
         elif isinstance(event, TruncateRequested):
             self._truncate(event)
         elif isinstance(event, TranscriptEarly) and event.text.strip():
+            judged = False
             if self._barging(event.item_id, event.text):
                 pass  # a backchannel so far: no reply of its own, unless more words follow
             elif self.config.speculative and detection.create_response:
-                self._speculate(event)
-            if detection.semantic:
+                judged = self._speculate(event)
+            if detection.semantic and not judged:
                 self.spawn(self._judge(event))
         elif isinstance(event, SpeechResumed | InputCleared):
+            self.engine.expect(self.call_id, None)
             self._drop_speculation()
             if isinstance(event, InputCleared) and event.item_id is not None:
                 self._barging(event.item_id, "", final=True)  # speech dropped unheard: the reply goes on
@@ -161,6 +178,8 @@ class LLMStage(Stage):
     async def feedback(self, event: Feedback) -> bool:
         if isinstance(event, Played):
             if (heard := self._heard.of(event.turn)) is not None:
+                if not heard.chunks:  # the turn's first audio is out: the engine need not expect the caller
+                    self.engine.expect(self.call_id, None)
                 heard.add(event.index, event.text, event.start, event.seconds, event.resumed)
             return True
         if isinstance(event, Paced):
@@ -216,9 +235,15 @@ class LLMStage(Stage):
 
     async def _judge(self, early: TranscriptEarly) -> None:
         """Under semantic turns: how long to wait for more speech, from how finished the words at the pause read."""
+        probability = await end_probability(self.engine, self.tokenizer, self._judged(early), time.monotonic())
+        self._verdict(early, probability)
+
+    def _judged(self, early: TranscriptEarly) -> list[int]:
+        """The conversation with the words at the pause, unpunctuated, as the judge reads them."""
         pending = ({"role": "user", "content": unpunctuated(early.text)},)
-        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
-        probability = await end_probability(self.engine, self.tokenizer, prompt, time.monotonic())
+        return self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
+
+    def _verdict(self, early: TranscriptEarly, probability: float | None) -> None:
         if probability is not None:
             silence = self.config.turn_detection.silence_ms(probability, self.config.early_final_ms)
             self.emit_upstream(EndOfTurn(early.item_id, early.paused_at, probability, silence))
@@ -248,9 +273,9 @@ class LLMStage(Stage):
         self.emit(TurnCancelled(turn, reason, self._written.copy()))
 
     def _start(self, final: TranscriptFinal) -> None:
-        self._reply(final.item_id, final.speech_end, final.speech_end + final.ready_s)
+        self._reply(final.item_id, final.speech_end, final)
 
-    def _reply(self, item_id: str | None, speech_end: float, transcript_at: float | None,
+    def _reply(self, item_id: str | None, speech_end: float, final: TranscriptFinal | None,
                asked: ResponseRequested | None = None) -> None:
         """Answer the conversation as it stands, against the deadline counted from `speech_end`, as the
         client `asked` (other instructions, a length, text only, outside the conversation)."""
@@ -259,23 +284,31 @@ class LLMStage(Stage):
         turn = self._new_turn(item_id, speech_end, asked.audio)
         if not asked.out_of_band:
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
-        if transcript_at is not None:
-            turn.mark(Mark.FINAL_TRANSCRIPT, transcript_at)
+        if final is not None:
+            turn.mark(Mark.TRANSCRIPT, final.speech_end + final.ready_s)
+            if final.confirmed_at is not None:
+                turn.mark(Mark.END_CONFIRMED, final.confirmed_at)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens,
                                               instructions=asked.instructions)
         # Out of band, the reply shares no prefix with the conversation's session.
         session = None if asked.out_of_band else self.call_id
         self._begin(turn, prompt, RequestClass.REALTIME, session, asked)
 
-    def _speculate(self, early: TranscriptEarly) -> None:
+    def _speculate(self, early: TranscriptEarly) -> bool:
+        """Start the reply to the words at the pause; True when its prefill also reads the end-of-turn
+        verdict (semantic turns, prompts that line up)."""
         self.cancel("superseded")
-        # Timed as if the end of speech will be confirmed when the turn detection expects it.
-        wait = self.config.turn_detection.end_after_pause_s(self.config.early_final_ms)
-        turn = self._new_turn(early.item_id, early.paused_at + wait, self.config.spoken, speculative=True)
+        turn = self._new_turn(early.item_id, early.speech_end, self.config.spoken, speculative=True)
+        turn.mark(Mark.PAUSE, early.paused_at)
+        turn.mark(Mark.TRANSCRIPT)
         self._speculated = early.text.strip()
         pending = ({"role": "user", "content": self._speculated},)
         prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
-        self._begin(turn, prompt, RequestClass.INTERACTIVE, None)
+        position = None
+        if self.config.turn_detection.semantic:
+            position = probe_position(prompt, judged_prompt(self.tokenizer, self._judged(early)))
+        self._begin(turn, prompt, RequestClass.REALTIME, None, judge=None if position is None else (early, position))
+        return position is not None
 
     def _drop_speculation(self) -> None:
         if self.turn is not None and self.turn.speculative:
@@ -283,13 +316,15 @@ class LLMStage(Stage):
 
     def _confirm(self, turn: Turn, final: TranscriptFinal) -> None:
         turn.confirm(final.speech_end, final.speech_end + self.config.ttfa_s)
-        turn.mark(Mark.FINAL_TRANSCRIPT, final.speech_end + final.ready_s)
+        if final.confirmed_at is not None:
+            turn.mark(Mark.END_CONFIRMED, final.confirmed_at)
         self.conversation.add("user", self._speculated, final.item_id, spoken=True)
         self.conversation.add("assistant", self._written.text, turn.output_item_id, spoken=turn.spoken)
         for item_id, call in self._written.calls:
             if call.arguments:  # complete (one still being written joins when it is)
                 self.conversation.add("assistant", tools.call_text(call.name, call.arguments), item_id)
-        # Its deadline is the turn's until the TTS stage, told of the confirmation, paces it.
+        # Its deadline is the turn's until the TTS stage, told of the confirmation, paces it; its session
+        # keeps the conversation's prefix when it ends.
         self.engine.promote(turn.request_id, RequestClass.REALTIME, turn.deadline, self.call_id)
         self.emit(TurnConfirmed(turn))
 
@@ -321,20 +356,26 @@ class LLMStage(Stage):
         return turn
 
     def _begin(self, turn: Turn, prompt: list[int], cls: RequestClass, session: str | None,
-               asked: ResponseRequested | None = None) -> None:
+               asked: ResponseRequested | None = None, judge: tuple[TranscriptEarly, int] | None = None) -> None:
         asked = asked or ResponseRequested()
         self.turn, self._written, self._due = turn, Reply(prompt_tokens=len(prompt)), None
         turn.mark(Mark.REPLY_STARTED)  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
         self.emit(ResponseCreated(turn, turn.speculative, asked.metadata, asked.out_of_band))
         self._task = self.spawn(self._respond(turn, self._written, prompt, cls, session,
-                                              asked.max_tokens or self.config.max_tokens, not asked.out_of_band))
+                                              asked.max_tokens or self.config.max_tokens, not asked.out_of_band,
+                                              judge))
 
     async def _respond(self, turn: Turn, reply: Reply, prompt: list[int], cls: RequestClass, session: str | None,
-                       max_tokens: int, in_conversation: bool = True) -> None:
+                       max_tokens: int, in_conversation: bool = True,
+                       judge: tuple[TranscriptEarly, int] | None = None) -> None:
+        """Stream the reply; with `judge` (the pause and a prompt position), its prefill also reads the
+        end-of-turn verdict there, delivered with the first token."""
         choice = tools.choose(list(self.config.tools), self.config.tool_choice)
         params = SamplingParams(max_tokens=max_tokens, temperature=self.config.temperature,
                                 grammar=tools.grammar(list(self.config.tools), choice) if choice else None)
+        if judge is not None:
+            params = probe_params(self.tokenizer, params, judge[1])
         parser = tools.CallParser() if choice else None
         # The TTS stage's pacing of this turn, if it came before the request (else the turn's own deadline,
         # until it does).
@@ -343,6 +384,8 @@ class LLMStage(Stage):
                                       request_id=turn.request_id)
         async with aclosing(stream) as outputs:
             async for out in outputs:
+                if judge is not None and out.probe is not None:
+                    self._verdict(judge[0], out.probe)
                 if out.token_id is not None:
                     turn.mark(Mark.FIRST_TOKEN)
                     reply.output_tokens += 1
@@ -354,5 +397,7 @@ class LLMStage(Stage):
                     self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
         reply.done = True
         turn.mark(Mark.TEXT_DONE)
+        if not turn.spoken:  # no first audio will say the caller was answered
+            self.engine.expect(self.call_id, None)
         self.conversation.set_reply(turn.output_item_id, reply.text)
         self.emit(TextDone(turn, reply.copy()))

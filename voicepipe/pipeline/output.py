@@ -35,7 +35,7 @@ from voicepipe.pipeline.events import (
 )
 from voicepipe.pipeline.pacing import PlaybackClock
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.turn import Mark, Reply, Turn
+from voicepipe.pipeline.turn import Mark, Reply, Turn, waterfall
 from voicepipe.pipeline.turn_metrics import turn_metrics
 
 # send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
@@ -249,10 +249,12 @@ class ClientOutput(Stage):
         elif time.monotonic() > turn.deadline and not reply.calls:  # a call's answer is the next reply's
             met = False
         outcome = {True: "met", False: "missed"}.get(met, "cancelled" if status == "cancelled" else "no_audio")
-        self.metrics.turn_ended(outcome, first_audio, turn.timings)
+        stages = waterfall(turn.timings)
+        self.metrics.turn_ended(outcome, first_audio, turn.timings, stages)
         timings = {f"{stage}_s": round(seconds, 4) for stage, seconds in turn.timings.items()}
         delivered = self._delivered_of(turn)
-        details = {"timings": timings, "deadline_met": met, "underruns": delivered.underruns}
+        details = {"timings": timings, "waterfall": {stage: round(s, 4) for stage, s in stages.items()},
+                   "deadline_met": met, "underruns": delivered.underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
         calls = tuple(protocol.function_call_item(item_id, call.call_id, call.name, call.arguments)

@@ -3,19 +3,20 @@
 from voicepipe.pipeline.events import Event, ResponseCreated, Sentence, TextDelta, TextDone, TurnCancelled
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Turn
-from voicepipe.sentence_split import speakable, split_ready
+from voicepipe.sentence_split import FirstPhrase, speakable, split_ready
 
 
 class SentenceAggregator(Stage):
     """Buffers text deltas and emits sentences; text deltas pass on unchanged for the client.
 
-    Only the first piece of a turn may end at a clause: it decides the time to first audio, while later
-    pieces play behind audio already buffered, where whole sentences sound more natural.
+    Only the first piece of a turn may end before its sentence, at a phrase (`FirstPhrase`): it decides
+    the time to first audio, while later pieces play behind audio already buffered, where whole sentences
+    sound more natural.
     """
 
-    def __init__(self, clause_chars: int = 16) -> None:
+    def __init__(self, first: FirstPhrase | None = None) -> None:
         super().__init__()
-        self.clause_chars = clause_chars
+        self.first = first or FirstPhrase()
         self.buffer = ""
         self.sent = 0  # sentences of the current turn sent on so far
 
@@ -28,7 +29,7 @@ class SentenceAggregator(Stage):
             self.buffer, self.sent = "", 0
         elif isinstance(event, TextDelta):
             self.buffer += event.text
-            first = None if self.sent else self.clause_chars
+            first = None if self.sent else self.first
             pieces, self.buffer = split_ready(self.buffer, first)
             for piece in pieces:
                 self._send(event.turn, piece)
@@ -36,6 +37,6 @@ class SentenceAggregator(Stage):
     def _send(self, turn: Turn, text: str) -> None:
         text = speakable(text)
         if text:
-            turn.mark(Mark.FIRST_SENTENCE)
+            turn.mark(Mark.FIRST_PHRASE)
             self.emit(Sentence(turn, text, self.sent))
             self.sent += 1

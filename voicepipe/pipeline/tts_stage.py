@@ -24,7 +24,7 @@ from voicepipe.pipeline.events import (
 )
 from voicepipe.pipeline.pacing import Pacing
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.turn import Turn
+from voicepipe.pipeline.turn import Mark, Turn
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ class TTSStage(Stage):
                 chunks, seconds = [], 0.0
             if turn.cancelled:
                 return
+            turn.mark(Mark.SYNTHESIZED)
             audio_s = sum(len(c) for c in chunks) / self.sample_rate
             self.pacing.synthesized(turn, sentence.index, sentence.text, audio_s, seconds)
             for pcm in chunks:

@@ -13,16 +13,42 @@ if TYPE_CHECKING:
 
 
 class Mark:
-    """The moments of a turn its `timings` name (seconds from the end of the caller's speech), in order;
-    each is marked by one stage."""
+    """The moments of a turn its `timings` name (seconds from the caller's last voiced frame), roughly in
+    order; each is marked by one stage."""
 
+    PAUSE = "pause"  # the endpointer heard the pause the reply started at (LLM stage, from the ASR stage)
+    TRANSCRIPT = "transcript"  # the transcript the reply answers was ready (LLM stage)
+    END_CONFIRMED = "end_confirmed"  # the end of the caller's turn was decided (LLM stage)
     REPLY_STARTED = "reply_started"  # the LLM request was queued (LLM stage)
-    FINAL_TRANSCRIPT = "final_transcript"  # the utterance's final transcript was ready (LLM stage)
     FIRST_TOKEN = "first_token"  # (LLM stage)
-    FIRST_SENTENCE = "first_sentence"  # the first piece went to synthesis (sentence aggregator)
+    FIRST_PHRASE = "first_phrase"  # the first phrase went to synthesis (sentence aggregator)
+    SYNTHESIZED = "synthesized"  # the first phrase's audio came back from synthesis (TTS stage)
     TEXT_DONE = "text_done"  # the LLM's answer was complete (LLM stage)
     FIRST_AUDIO = "first_audio"  # its first audio was sent to the caller (output stage)
     DONE = "done"  # response.done was sent (output stage)
+
+
+# The waterfall of a turn's first audio: each stage ends at its mark; `waterfall` says how long each took.
+WATERFALL = {"pause": Mark.PAUSE, "asr": Mark.TRANSCRIPT, "decision": Mark.END_CONFIRMED,
+             "prefill": Mark.FIRST_TOKEN, "first_phrase": Mark.FIRST_PHRASE, "synthesis": Mark.SYNTHESIZED,
+             "send": Mark.FIRST_AUDIO}
+
+
+def waterfall(timings: dict[str, float]) -> dict[str, float]:
+    """Where the time to first audio went: the stages a turn passed, in the order they ended, each the
+    time since the one before (the first since the caller's last voiced frame), so they add up to the
+    first audio. Stages that overlapped another (a speculative reply's prefill runs while the end of the
+    turn is decided) take only the time they added to the wait; a stage the turn skipped is left out."""
+    if Mark.FIRST_AUDIO not in timings:
+        return {}
+    first_audio = timings[Mark.FIRST_AUDIO]
+    ended = sorted((min(timings[mark], first_audio), order, stage)
+                   for order, (stage, mark) in enumerate(WATERFALL.items()) if mark in timings)
+    stages, previous = {}, 0.0
+    for at, _, stage in ended:
+        stages[stage] = max(0.0, at - previous)
+        previous = max(previous, at)
+    return stages
 
 
 @dataclass(eq=False)
@@ -31,7 +57,8 @@ class Turn:
     except `finished` (the output stage, when it sends response.done) and each stage's own key of
     `timings`. What the LLM wrote is the LLM stage's own `Reply`, handed on when the turn ends.
 
-    Timings are seconds from the end of the caller's speech (`speech_end`), keyed by `Mark`.
+    Timings are seconds from the end of the caller's speech as the caller lived it (`speech_end`: their
+    last voiced frame), keyed by `Mark`; so is the deadline.
     """
 
     response_id: str

@@ -16,6 +16,7 @@ from voicepipe.pipeline.events import (
     InputCleared,
     SpeechAudio,
     SpeechPaused,
+    SpeechQuiet,
     SpeechResumed,
     SpeechStarted,
     SpeechStopped,
@@ -33,6 +34,10 @@ class VADStage(Stage):
 
     Under semantic turn detection the end of an utterance may come from the LLM, as `EndOfTurn` feedback
     at a pause: the utterance ends then, unless the caller has spoken again since.
+
+    The end of speech is the caller's: when their last voiced window came in (audio arrives in real time,
+    so a window's time is its feed's time less the samples fed after it), not when the silence that
+    confirms it ran out. Under manual turns the client's commit is the end.
     """
 
     def __init__(self, endpointer: Endpointer) -> None:
@@ -40,11 +45,15 @@ class VADStage(Stage):
         self.endpointer = endpointer
         self.item_id = ""
         self._paused_at: float | None = None  # silence began after speech, and the utterance is not over yet
+        self._quiet = False  # the caller fell silent (the engine was told to expect them) and has not spoken since
         self._speech_ms = 0  # speech heard in the utterance so far, until it reaches BARGE_IN_MS
+        self._voiced_at = 0.0  # when the utterance's last voiced window came in
+        self._fed_at = 0.0  # when the previous audio came in
 
     async def process(self, event: Event) -> None:
         if isinstance(event, AudioIn):
             self._boundaries(self.endpointer.feed(event.samples))
+            self._fed_at = time.monotonic()
         elif isinstance(event, CommitRequested):
             found = self.endpointer.commit()
             if not found:
@@ -52,7 +61,7 @@ class VADStage(Stage):
                                 "to commit", event_id=event.event_id))
             self._boundaries(found)
         elif isinstance(event, ClearRequested):
-            self._paused_at = None
+            self._paused_at, self._quiet = None, False
             self.emit(InputCleared(self.item_id if self.endpointer.clear() else None))
         else:
             self.emit(event)
@@ -64,6 +73,11 @@ class VADStage(Stage):
             self._boundaries(self.endpointer.end_after(event.silence_ms))
         return True
 
+    def _arrived(self, position: int, now: float) -> float:
+        """When the audio up to stream `position` came in: real time back from the newest sample, and no
+        earlier than the feed before this one (audio sent faster than real time)."""
+        return min(now, max(self._fed_at, now - (self.endpointer.fed - position) / SAMPLE_RATE))
+
     def _boundaries(self, boundaries: list[Boundary]) -> None:
         now = time.monotonic()
         for found in boundaries:
@@ -74,16 +88,21 @@ class VADStage(Stage):
             elif found.kind == "audio":
                 self.emit(SpeechAudio(self.item_id, found.audio, found.is_speech))
                 if found.is_speech:
+                    self._voiced_at = self._arrived(found.position, now)
                     self._heard_speech()
-                if found.is_speech and self._paused_at is not None:
-                    self._paused_at = None
+                if found.is_speech and (self._paused_at is not None or self._quiet):
+                    self._paused_at, self._quiet = None, False
                     self.emit(SpeechResumed(self.item_id))
+            elif found.kind == "quiet":
+                self._quiet = True
+                self.emit(SpeechQuiet(self.item_id, self._voiced_at))
             elif found.kind == "pause":
                 self._paused_at = now
-                self.emit(SpeechPaused(self.item_id, found.speech_samples, now))
+                self.emit(SpeechPaused(self.item_id, found.speech_samples, now, self._voiced_at))
             else:
-                self._paused_at = None
-                self.emit(SpeechStopped(self.item_id, ms, now, found.speech_samples, found.truncated))
+                self._paused_at, self._quiet = None, False
+                end = now if self.endpointer.settings.manual else self._voiced_at
+                self.emit(SpeechStopped(self.item_id, ms, now, found.speech_samples, found.truncated, end))
                 if found.truncated:
                     limit = self.endpointer.max_utterance_s
                     self.emit(Error("utterance_too_long", f"speech longer than {limit:g} s was cut there and "
