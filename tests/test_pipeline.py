@@ -290,3 +290,22 @@ def test_what_was_heard_is_whole_sentences_then_a_share_of_the_one_playing():
     heard.add(1, "It is a big old city.", start=12.5, seconds=3.0, resumed=True)
     assert heard.played_text(20.0) == "Paris is the capital. It is a big old city."
     assert heard.played_text(14.0) == "Paris is the capital. It is a"
+
+
+async def test_the_first_phrase_goes_to_synthesis_before_its_sentence_ends_and_no_word_is_split():
+    turn = Turn("resp_1", "req_1", "item_1", 0.0, 1.0)
+    reply = "The capital of France is Paris which is known for its art and food. It is lovely."
+    deltas = [reply[i:i + 3] for i in range(0, len(reply), 3)]  # tokens cut mid-word, as an LLM streams them
+    stage = SentenceAggregator()
+    sent_at: list[int] = []  # how many deltas had arrived when each piece went to synthesis
+    out = []
+    for n, delta in enumerate(deltas):
+        new, _ = await run_stage(stage, [TextDelta(turn, delta)])
+        out += new
+        sent_at += [n + 1 for e in new if type(e).__name__ == "Sentence"]
+    new, _ = await run_stage(stage, [TextDone(turn, Reply())])
+    pieces = [e.text for e in out + new if type(e).__name__ == "Sentence"]
+    assert pieces[0] == "The capital of France is Paris"  # a phrase, ended before "which"
+    assert sent_at[0] * 3 < reply.index(".")  # sent before the first clause (the sentence) was written
+    assert " ".join(pieces).split() == reply.split()  # every word whole, in one piece, in order
+    assert pieces[1:] == ["which is known for its art and food.", "It is lovely."]  # then whole sentences

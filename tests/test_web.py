@@ -181,6 +181,10 @@ def test_spoken_question_is_answered_in_the_page(server, browser):
         assert "capital" in page.inner_text(".msg.user").lower()
         assert page.inner_text(".msg.assistant .text").strip() == state["answers"][0].strip()
         assert page.locator(".msg.assistant .lat .seg").count() >= 2
+        # The bar adds up the server's waterfall: the wait from the caller's last word, stage by stage.
+        shown = float(page.get_attribute(".msg.assistant .lat-label b", "data-seconds"))
+        assert abs(shown - sum(turn["waterfall"].values())) < 1e-6 and shown > 0
+        assert page.locator(".msg.assistant .lat .seg-asr").count() == 1
         assert state["stats"] and "queues" in state["stats"], "no scheduler.stats reached the page"
 
         ARTIFACTS.mkdir(exist_ok=True)

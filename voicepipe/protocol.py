@@ -188,7 +188,7 @@ def playback_cleared(response_id: str) -> dict:
 def response_done(response_id: str, status: str, item_id: str, text: str, usage: tuple[int, int],
                   calls: tuple[dict, ...] = (), **details: Any) -> dict:
     """The end of a reply: its item's final text, then its function calls' items, token usage (prompt,
-    output), and voicepipe's own details (timings, deadline_met, underruns, status_details)."""
+    output), and voicepipe's own details (timings, waterfall, deadline_met, underruns, status_details)."""
     prompt, output = usage
     response = {"id": response_id, "status": status,
                 "output": [{"id": item_id, "type": "message", "role": "assistant", "text": text}, *calls],

@@ -152,6 +152,7 @@ export function responseDone(ev) {
     transcript: r ? r.transcript : "",
     text: r ? r.text : "",
     timings: resp.timings || ev.timings || null,
+    waterfall: resp.waterfall || ev.waterfall || null,
     deadline_met: resp.deadline_met ?? ev.deadline_met ?? null,
     underruns: resp.underruns ?? ev.underruns ?? 0,
     el: r ? r.el : null,

@@ -1,27 +1,33 @@
-// The latency bar under each answer: when the turn's milestones came, measured from the end of the user's
-// speech, against the time-to-first-audio deadline. All bars share one scale, which grows to fit the
-// slowest turn.
+// The latency bar under each answer: the turn's waterfall, each stage of the wait for its first audio as
+// the server measured it, from the caller's last voiced frame (the caller's clock), against the
+// time-to-first-audio deadline. All bars share one scale, which grows to fit the slowest turn.
 
 import { hook } from "./state.js";
 import { fmtS } from "./ui.js";
 
-// The server's timing keys are matched by what they name, so a renamed prefix does not break the bars.
-const MILESTONES = [
-  ["transcript", "seg-asr", "transcript", "ASR"],
-  ["first_token", "seg-llm", "first token", "LLM"],
-  ["first_sentence", "seg-sent", "first sentence", "sentence"],
-  ["first_audio", "seg-tts", "first audio", "TTS"],
+// The server's waterfall stages, in order: [key, css class, what it is, short label].
+const STAGES = [
+  ["pause", "seg-pause", "the pause that may end the turn was heard", "pause"],
+  ["asr", "seg-asr", "the transcript of the words at the pause", "ASR"],
+  ["decision", "seg-decision", "the end of the turn was decided", "decision"],
+  ["prefill", "seg-llm", "the reply's prompt was read, its first token out", "prefill"],
+  ["first_phrase", "seg-sent", "the first phrase of the reply was written", "phrase"],
+  ["synthesis", "seg-tts", "the first phrase was synthesized", "TTS"],
+  ["send", "seg-send", "its audio was sent", "send"],
 ];
 
 let latencyScale = 2; // seconds across a bar
 
-function milestones(timings) {
+/** The stages of a turn's wait, each {key, cls, label, short, d (its seconds), at (when it ended)}. */
+function stages(waterfall) {
   const out = [];
-  if (!timings) return out;
-  for (const [key, cls, label, short] of MILESTONES) {
-    const k = Object.keys(timings).find((name) => name.includes(key));
-    const v = k === undefined || timings[k] === null ? null : Number(timings[k]);
-    if (v !== null && Number.isFinite(v)) out.push({ key, cls, label, short, at: v });
+  if (!waterfall) return out;
+  let at = 0;
+  for (const [key, cls, label, short] of STAGES) {
+    const d = Number(waterfall[key]);
+    if (waterfall[key] === undefined || waterfall[key] === null || !Number.isFinite(d)) continue;
+    at += d;
+    out.push({ key, cls, label, short, d, at });
   }
   return out;
 }
@@ -39,7 +45,7 @@ function badge(kind, text) {
 
 /** Draw (or redraw) the bar of a finished turn {el, timings, deadline_met, underruns} inside turn.el. */
 export function renderLatency(turn) {
-  const ms = milestones(turn.timings);
+  const ms = stages(turn.waterfall);
   let box = turn.el.querySelector(".lat");
   if (!ms.length) {
     box?.remove();
@@ -53,17 +59,14 @@ export function renderLatency(turn) {
   box.replaceChildren();
   const track = document.createElement("div");
   track.className = "lat-track";
-  let prev = 0;
   const parts = [];
   for (const m of ms) {
-    const d = Math.max(0, m.at - prev);
-    prev = Math.max(prev, m.at);
     const seg = document.createElement("span");
     seg.className = `seg ${m.cls}`;
-    seg.style.width = `${Math.min(100, (100 * d) / latencyScale)}%`;
-    seg.title = `${m.label}: ${m.at.toFixed(2)} s after the end of speech (+${d.toFixed(2)} s)`;
+    seg.style.width = `${Math.min(100, (100 * m.d) / latencyScale)}%`;
+    seg.title = `${m.short}: ${m.label}, ${m.at.toFixed(2)} s after your last word (+${m.d.toFixed(2)} s)`;
     track.append(seg);
-    parts.push(`${m.short} ${fmtS(d)}`);
+    parts.push(`${m.short} ${fmtS(m.d)}`);
   }
   const deadline = deadlineS();
   if (deadline > 0 && deadline <= latencyScale) {
@@ -78,8 +81,9 @@ export function renderLatency(turn) {
   label.className = "lat-label";
   const strong = document.createElement("b");
   strong.textContent = `${fmtS(total.at)}`;
+  strong.dataset.seconds = String(total.at);
   const rest = document.createElement("span");
-  rest.textContent = ` to ${total.label}`;
+  rest.textContent = " from your last word to the first audio";
   label.append(strong, rest);
   if (turn.deadline_met === true || turn.deadline_met === false) {
     label.append(badge(turn.deadline_met ? "ok" : "late", turn.deadline_met ? "deadline met" : "deadline missed"));
@@ -96,7 +100,7 @@ export function renderLatency(turn) {
 /** Fit the shared scale to every turn so far and the deadline; true when it changed (redraw the bars). */
 export function fitLatencyScale() {
   let slowest = 0;
-  for (const t of hook.turns) for (const m of milestones(t.timings)) slowest = Math.max(slowest, m.at);
+  for (const t of hook.turns) for (const m of stages(t.waterfall)) slowest = Math.max(slowest, m.at);
   const deadline = deadlineS() || 0;
   const scale = Math.max(2, Math.ceil(Math.max(slowest, deadline * 1.1) * 2) / 2);
   if (scale === latencyScale) return false;

@@ -32,7 +32,7 @@ export const hook = {
   transcripts: [], // final transcripts, in order
   partials: [], // every partial transcript text seen
   answers: [], // the assistant's full answer per finished response
-  turns: [], // {response_id, status, transcript, text, timings, deadline_met, underruns}
+  turns: [], // {response_id, status, transcript, text, timings, waterfall, deadline_met, underruns}
   calls: [], // the calculator's calls: {name, expression, output}
   audioScheduledSeconds: 0,
   audioChunks: 0,

@@ -34,6 +34,7 @@ class HeardTurn:
     deadline_met: bool | None
     underruns: int
     timings: dict = field(default_factory=dict)
+    waterfall: dict = field(default_factory=dict)  # the server's stages of the first audio (`turn.waterfall`)
 
 
 async def caller(url: str, questions: list[np.ndarray], turns: int, offset_s: float) -> list[HeardTurn]:
@@ -69,7 +70,7 @@ async def caller(url: str, questions: list[np.ndarray], turns: int, offset_s: fl
                 elif event["type"] == ServerEvent.ERROR:
                     log.warning("caller got an error: %s", event["error"]["message"])
             results.append(HeardTurn(first_audio - spoken_end if first_audio else None, done.get("deadline_met"),
-                                      done.get("underruns", 0), done.get("timings", {})))
+                                      done.get("underruns", 0), done.get("timings", {}), done.get("waterfall", {})))
             await asyncio.sleep(1.0)  # a pause before the next question
     return results
 
@@ -78,6 +79,28 @@ def last_voiced(audio: np.ndarray, threshold: float = 0.01) -> int:
     """Index of the last sample louder than `threshold` (the end of the speech in a padded clip)."""
     loud = np.flatnonzero(np.abs(audio) > threshold)
     return int(loud[-1]) if loud.size else len(audio) - 1
+
+
+def waterfall_figures(results: list[HeardTurn]) -> dict[str, dict[str, float]]:
+    """p50 and p95 of each stage of the first audio, as the server reported them (`turn.waterfall`), in
+    the order the stages come; and what the caller heard beyond them (the network and the client's own
+    timing of its last word), so a reader sees every part of the wait."""
+    from voicepipe.pipeline.turn import WATERFALL
+
+    figures = {}
+    for stage in WATERFALL:
+        seconds = [r.waterfall[stage] for r in results if stage in r.waterfall]
+        if seconds:
+            figures[stage] = {"p50_s": percentile(seconds, 50), "p95_s": percentile(seconds, 95)}
+    beyond = [r.ttfa_s - sum(r.waterfall.values()) for r in results if r.ttfa_s is not None and r.waterfall]
+    if beyond:
+        figures["caller_beyond_server"] = {"p50_s": percentile(beyond, 50), "p95_s": percentile(beyond, 95)}
+    return figures
+
+
+def print_waterfall(figures: dict[str, dict[str, float]], indent: str = "  ") -> None:
+    print(f"{indent}waterfall, p50 / p95 ms: " + ", ".join(
+        f"{stage} {f['p50_s'] * 1000:.0f} / {f['p95_s'] * 1000:.0f}" for stage, f in figures.items()))
 
 
 async def run_level(runtime: Runtime, calls: int, turns: int, questions: list[np.ndarray],
@@ -96,9 +119,11 @@ async def run_level(runtime: Runtime, calls: int, turns: int, questions: list[np
     return {"calls": calls, "turns": len(results), "ttfa_p50_s": percentile(ttfas, 50),
             "ttfa_p95_s": percentile(ttfas, 95), "ttfa_p99_s": percentile(ttfas, 99),
             "deadline_hit_rate": hits / len(results),
+            "within_1_5_s": sum(1 for t in ttfas if t <= 1.5) / len(results),
             "underruns": sum(r.underruns for r in results),
             "server_first_audio_p50_s": percentile([r.timings["first_audio_s"] for r in results
-                                                    if "first_audio_s" in r.timings], 50)}
+                                                    if "first_audio_s" in r.timings], 50),
+            "waterfall": waterfall_figures(results)}
 
 
 def spoken_questions(tts) -> list[np.ndarray]:

@@ -137,7 +137,7 @@ def run_threads_bench(args: argparse.Namespace) -> int:
 def run_calls_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from voicepipe.bench.calls import bench_calls
+    from voicepipe.bench.calls import bench_calls, print_waterfall
     from voicepipe.loading import ModelOptions
 
     report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline,
@@ -150,6 +150,7 @@ def run_calls_bench(args: argparse.Namespace) -> int:
                   f"{level['ttfa_p50_s']:.2f} s, p95 {level['ttfa_p95_s']:.2f} s, p99 {level['ttfa_p99_s']:.2f} s, "
                   f"on time {level['deadline_hit_rate']:.0%}, "
                   f"underruns {level['underruns']}")
+            print_waterfall(level["waterfall"], indent="    ")
     if args.json:
         save(report, args.json)
     return 0

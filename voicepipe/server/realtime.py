@@ -269,7 +269,8 @@ class RealtimeDialect:
         item = _assistant_item(where["item_id"], status, transcript, self._item_part(spoken))
         calls = [{**call, "object": "realtime.item"} for call in native.get("output", [])[1:]]
         body = self._response(native["id"], native["status"], [item, *calls], native.get("usage"), spoken)
-        body.update({k: native[k] for k in ("status_details", "timings", "deadline_met", "underruns") if k in native})
+        body.update({k: native[k] for k in ("status_details", "timings", "waterfall", "deadline_met", "underruns")
+                     if k in native})
         text_done = ({"type": "response.output_audio_transcript.done", **where, "transcript": said} if spoken
                      else {"type": "response.output_text.done", **where, "text": said})
         item_done = [{"type": "conversation.item.done", "item": item}] \
