@@ -31,7 +31,7 @@ from voicepipe.pipeline.events import (
 )
 from voicepipe.pipeline.pacing import Pacing, PlaybackClock
 from voicepipe.pipeline.sentences import SentenceAggregator
-from voicepipe.pipeline.turn import Reply, Turn
+from voicepipe.pipeline.turn import Mark, Reply, Turn, waterfall
 from voicepipe.protocol import ServerEvent
 
 
@@ -309,3 +309,16 @@ async def test_the_first_phrase_goes_to_synthesis_before_its_sentence_ends_and_n
     assert sent_at[0] * 3 < reply.index(".")  # sent before the first clause (the sentence) was written
     assert " ".join(pieces).split() == reply.split()  # every word whole, in one piece, in order
     assert pieces[1:] == ["which is known for its art and food.", "It is lovely."]  # then whole sentences
+
+
+def test_the_waterfall_adds_up_to_the_first_audio_when_stages_overlap():
+    # A speculative reply: its first token came before the end of the turn was decided, and its first
+    # phrase was synthesized while the decision was still pending.
+    timings = {Mark.PAUSE: 0.19, Mark.TRANSCRIPT: 0.31, Mark.REPLY_STARTED: 0.31, Mark.FIRST_TOKEN: 0.42,
+               Mark.FIRST_PHRASE: 0.55, Mark.END_CONFIRMED: 0.6, Mark.SYNTHESIZED: 0.8, Mark.FIRST_AUDIO: 0.81}
+    stages = waterfall(timings)
+    assert list(stages) == ["pause", "asr", "prefill", "first_phrase", "decision", "synthesis", "send"]
+    assert stages["decision"] == pytest.approx(0.05)  # only what the decision added after the phrase
+    assert sum(stages.values()) == pytest.approx(0.81)
+    del timings[Mark.FIRST_AUDIO]
+    assert waterfall(timings) == {}  # no audio, no waterfall

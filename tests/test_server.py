@@ -63,12 +63,14 @@ async def test_spoken_question_is_answered(server, runtime, question, words):
         await call.close()
     assert done["status"] == "completed"
     timings = done["timings"]
-    assert set(timings) >= {"final_transcript_s", "reply_started_s", "first_token_s", "first_sentence_s",
-                            "first_audio_s"}
+    assert set(timings) >= {"transcript_s", "end_confirmed_s", "reply_started_s", "first_token_s",
+                            "first_phrase_s", "synthesized_s", "first_audio_s"}
     # A reply may start, and write its first token, at the caller's pause, before the end of speech is
-    # confirmed; its audio never goes out before then.
+    # confirmed; its audio never goes out before then. Every time counts from the caller's last word.
     assert timings["reply_started_s"] <= timings["first_token_s"] <= timings["first_audio_s"]
-    assert 0 <= timings["final_transcript_s"] <= timings["first_audio_s"]
+    assert 0 < timings["transcript_s"] <= timings["first_audio_s"]
+    assert 0 < timings["end_confirmed_s"] <= timings["first_audio_s"]
+    assert sum(done["waterfall"].values()) == pytest.approx(timings["first_audio_s"], abs=1e-3)
     assert isinstance(done["deadline_met"], bool) and isinstance(done["underruns"], int)
 
     answer = reply_text(call, done["id"])

@@ -91,7 +91,7 @@ async def run_turn(runtime: Runtime, wav_path: str | Path, config: CallConfig | 
 
 
 def stage_timings(timings: dict[str, float]) -> dict[str, float | None]:
-    """The turn's breakdown from the pipeline's own timings (seconds from the end of speech)."""
+    """The turn's breakdown from the pipeline's own timings (seconds from the caller's last voiced frame)."""
     def at(stage: str) -> float | None:
         return timings.get(f"{stage}_s")
 

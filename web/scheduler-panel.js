@@ -70,7 +70,8 @@ function drawCharts() {
   });
   const last = steps[steps.length - 1];
   $("v-steps").textContent = last
-    ? `${last.decode_tokens} + ${last.prefill_tokens} tok, ${last.seqs ?? "?"} seq`
+    ? `${last.decode_tokens} + ${last.prefill_tokens} tok, ${last.seqs ?? "?"} seq` +
+      (last.rule && last.rule !== "open" ? ` (${last.rule.replace("_", " ")})` : "")
     : "idle";
 
   lineChart($("c-queues"), {

@@ -49,7 +49,25 @@ def add_caller_arguments(parser: argparse.ArgumentParser, turns: int) -> None:
                         help="where the engine runs: its own process (as serve runs it, default) or a thread of "
                              "the server's process (to see what the interpreter lock costs)")
     parser.add_argument("--torch-threads", type=int, metavar="N", help="torch's threads in the engine process")
+    parser.add_argument("--engine-field", dest="engine_fields", action=EngineField, default={}, metavar="NAME=N",
+                        help="an engine setting for this run (repeatable), e.g. expect_background_seqs=4")
     add_llm_model_arguments(parser)
+
+
+class EngineField(argparse.Action):
+    """`--engine-field NAME=N`: one numeric EngineConfig field, checked by name, gathered into a dict."""
+
+    def __call__(self, parser, namespace, value, option_string=None) -> None:
+        from scheduler import EngineConfig
+
+        name, _, number = value.partition("=")
+        if name not in EngineConfig.__dataclass_fields__:
+            parser.error(f"--engine-field: EngineConfig has no field {name!r}")
+        try:
+            parsed = float(number) if "." in number else int(number)
+        except ValueError:
+            parser.error(f"--engine-field {name}: {number!r} is not a number")
+        setattr(namespace, self.dest, {**getattr(namespace, self.dest), name: parsed})
 
 
 def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:

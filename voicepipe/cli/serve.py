@@ -25,7 +25,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-calls", type=flag_type("max_calls"), metavar="N",
                         help=f"calls served at once; more are refused (default: {DEFAULTS.max_calls})")
     parser.add_argument("--ttfa-deadline", type=flag_type("ttfa_deadline"), metavar="S",
-                        help="each turn's time-to-first-audio deadline from the end of speech "
+                        help="each turn's time-to-first-audio deadline from the caller's last voiced frame "
                              f"(default: {DEFAULTS.ttfa_deadline})")
     parser.add_argument("--system", "--instructions", dest="instructions", type=flag_type("instructions"),
                         metavar="TEXT", help="the calls' system prompt (default: a concise spoken assistant)")

@@ -16,7 +16,8 @@ class CallConfig:
     # Functions the assistant may call (the client runs them), and `tool_choice` as the client gave it.
     tools: tuple[Tool, ...] = ()
     tool_choice: Any = "auto"
-    # Time to first audio, measured from the end of speech: the deadline each turn is scheduled against.
+    # Time to first audio, measured from the caller's last voiced frame (the caller's clock, not the server's
+    # later confirmation that the turn ended): the deadline each turn is scheduled against.
     ttfa_s: float = 1.5
     max_tokens: int = 96
     temperature: float = 0.0

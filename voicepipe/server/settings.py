@@ -48,7 +48,7 @@ class ServeSettings:
     max_text_requests: int = 32  # text requests waiting or running at once; more get 429
     max_batch_tokens: int = 256  # the engine's two knobs at start (the page may turn them later)
     max_batch_seqs: int = 32
-    ttfa_deadline: float = 1.5  # seconds from the end of speech to a turn's first audio
+    ttfa_deadline: float = 1.5  # seconds from the caller's last voiced frame to a turn's first audio
     api_key: str | None = None
     allow_origins: tuple[str, ...] = ()  # other origins whose pages may open the websockets
     insecure: bool = False  # serve a non-loopback address without an API key
