@@ -9,12 +9,13 @@ import platform
 import time
 from pathlib import Path
 
+from scheduler.policies import DEFAULT_POLICY, POLICIES, call_policies
 from voicepipe.bench.engine_setup import add_engine_setup_arguments
 from voicepipe.bench.workload import Workload
 from voicepipe.cli.options import add_llm_model_arguments, add_verbose_argument
 
 log = logging.getLogger(__name__)
-MODES = ("static", "fcfs", "o4", "hf_static", "hf_cb")
+MODES = (*POLICIES, "hf_static", "hf_cb")  # the engine's policies, then transformers' own batching
 WORKLOADS = ("mixed", "poisson", "all_at_once")
 COLUMNS = ("throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "latency_p50_s", "latency_p99_s")
 
@@ -41,7 +42,8 @@ def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
 def add_caller_arguments(parser: argparse.ArgumentParser, turns: int) -> None:
     """Options of the benches with simulated callers (`calls`, `mixed`)."""
     parser.add_argument("--turns", type=int, default=turns, help=f"questions each caller asks (default {turns})")
-    parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
+    parser.add_argument("--policies", default=",".join(call_policies()),
+                        help=f"comma-separated: {', '.join(call_policies())}")
     parser.add_argument("--deadline", type=float, metavar="S",
                         help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
     add_json_argument(parser)
@@ -356,21 +358,22 @@ def run_engine_bench(args: argparse.Namespace) -> int:
 
 def ratios_of(modes: dict) -> dict:
     out = {}
-    o4 = modes.get("o4", {})
-    for peer in ("static", "fcfs", "hf_static", "hf_cb"):
-        m = modes.get(peer, {})
-        if "throughput_tok_s" in o4 and "throughput_tok_s" in m:
-            out[f"o4_vs_{peer}_throughput"] = o4["throughput_tok_s"] / m["throughput_tok_s"]
-            out[f"o4_vs_{peer}_latency_p99"] = o4["latency_p99_s"] / m["latency_p99_s"]
+    ours = modes.get(DEFAULT_POLICY, {})
+    for peer in MODES:
+        m = modes.get(peer, {}) if peer != DEFAULT_POLICY else {}
+        if "throughput_tok_s" in ours and "throughput_tok_s" in m:
+            out[f"{DEFAULT_POLICY}_vs_{peer}_throughput"] = ours["throughput_tok_s"] / m["throughput_tok_s"]
+            out[f"{DEFAULT_POLICY}_vs_{peer}_latency_p99"] = ours["latency_p99_s"] / m["latency_p99_s"]
     return out
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
+    versus = " vs ".join(call_policies())
     benches = [
-        (add_engine_arguments, "engine", "one LLM workload through static, fcfs, o4, hf_static, hf_cb"),
-        (add_calls_arguments, "calls", "simulated callers over the websocket, o4 vs fcfs"),
-        (add_mixed_arguments, "mixed", "voice calls beside streams of /v1/chat/completions, o4 vs fcfs"),
+        (add_engine_arguments, "engine", f"one LLM workload through {', '.join(MODES)}"),
+        (add_calls_arguments, "calls", f"simulated callers over the websocket, {versus}"),
+        (add_mixed_arguments, "mixed", f"voice calls beside streams of /v1/chat/completions, {versus}"),
         (add_threads_arguments, "threads", "thread-pool policies of torch, CTranslate2 and onnxruntime, each in a "
                                            "fresh process"),
         (add_ipc_arguments, "ipc", "the channel to the engine process against a thread and the bare core"),

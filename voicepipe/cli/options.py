@@ -6,9 +6,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from scheduler.policies import DEFAULT_POLICY, POLICIES, call_policies
 from voicepipe.backends.base import LLM, GenerationParams
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.loading import CUDA_PRECISION, DEFAULT_PRECISION, DEVICES, POLICIES, PRECISIONS, ModelOptions
+from voicepipe.loading import CUDA_PRECISION, DEFAULT_PRECISION, DEVICES, PRECISIONS, ModelOptions
 
 if TYPE_CHECKING:  # it imports torch: only when a command runs
     from voicepipe.runtime import Runtime
@@ -40,8 +41,9 @@ def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the commands that hold calls (`serve`, `talk`)."""
-    parser.add_argument("--policy", choices=POLICIES, default="o4",
-                        help="scheduling policy: o4 (deadline-aware, default) or fcfs (plain continuous batching)")
+    about = ", ".join(f"{name} ({POLICIES[name].about})" for name in call_policies())
+    parser.add_argument("--policy", choices=call_policies(), default=DEFAULT_POLICY,
+                        help=f"scheduling policy (default {DEFAULT_POLICY}): {about}")
     parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
     parser.add_argument("--torch-threads", type=int, metavar="N", default=None,
                         help="torch's threads in the engine (default on a CPU: one core fewer than the machine "
