@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a com
 
 log = logging.getLogger("voicepipe")
 
-# Chosen by measurement (README, Performance): int8 weights decode about twice as fast on a CPU, at 0.5%
+# Chosen by measurement (docs/performance.md): int8 weights decode about twice as fast on a CPU, at 0.5%
 # more perplexity; "fp32" gives exactly what transformers' `generate` gives. On CUDA, bf16 (int8 is fbgemm's,
 # a CPU kernel). An engine given no precision takes these (scheduler.device.default_precision).
 DEFAULT_PRECISION = "int8"
@@ -94,7 +94,7 @@ def check_call_policy(name: str) -> None:
 
 def set_torch_threads(options: ModelOptions, device: str) -> None:
     """torch's threads in the engine: as asked, else on a CPU one core fewer than the machine has. Measured
-    (`bench convoy`, README): beside a busy server process on 2 cores, with 2 threads a batch-1 decode step
+    (`bench convoy`, docs/performance.md): beside a busy server process on 2 cores, with 2 threads a batch-1 decode step
     took 2.3x and a 224-token prefill step 8.8x as long as alone (each parallel region waits for the thread
     that shares its core with the server); with 1 thread, 1.03x and 1.01x, at 1.1x and 1.7x the 2-thread
     steps' time alone."""

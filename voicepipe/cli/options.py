@@ -47,7 +47,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
     parser.add_argument("--torch-threads", type=int, metavar="N", default=None,
                         help="torch's threads in the engine (default on a CPU: one core fewer than the machine "
-                             "has, so a busy server does not stall every step; README, Two processes)")
+                             "has, so a busy server does not stall every step; docs/architecture.md)")
     add_llm_model_arguments(parser)
     add_tts_arguments(parser)
 
