@@ -3,6 +3,8 @@
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from scheduler.policies import DEFAULT_POLICY, POLICIES
+
 # The two knobs a running engine's users may turn, and the values they may take.
 KNOBS = {"max_batch_tokens": (1, 8192), "max_batch_seqs": (1, 1024)}
 
@@ -17,7 +19,6 @@ def check_knobs(knobs: dict) -> None:
             raise ValueError(f"{name} must be an integer in [{lo}, {hi}]")
 
 
-Policy = Literal["o4", "fcfs", "static"]
 Precision = Literal["fp32", "bf16", "fp16", "int8"]
 Runner = Literal["lean", "transformers"]
 KVDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8_e4m3"]
@@ -28,9 +29,8 @@ class EngineConfig:
     # The two knobs: how many tokens and how many sequences one model step may carry.
     max_batch_tokens: int = 256
     max_batch_seqs: int = 32
-    # Scheduling policy: "o4" (classes, deadlines, pacing), "fcfs" (continuous batching without classes,
-    # as vLLM schedules by default) or "static" (fixed batches that wait for their longest member).
-    policy: Policy = "o4"
+    # Scheduling policy: a name in `scheduler.policies.POLICIES` (o4, the default: classes, deadlines, pacing).
+    policy: str = DEFAULT_POLICY
     shard_tokens: int = 64
     # While a realtime request's deadline is within two pressing windows, the prefill tokens a step may
     # carry for other requests (o4): short steps keep a reply's decodes quick when long prompts wait (a
@@ -71,6 +71,10 @@ class EngineConfig:
     # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to
     # leave the model where it was loaded.
     device: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {self.policy!r}")
 
     def with_fields(self, **changes) -> "EngineConfig":
         """A copy with some fields changed (any field: the knobs, the policy, the pool's size)."""

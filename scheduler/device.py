@@ -29,7 +29,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def default_precision(device: torch.device) -> str:
-    """int8 weights on a CPU (fbgemm's kernels: about twice as fast there, README, Performance), bf16 on CUDA."""
+    """int8 weights on a CPU (fbgemm's kernels: about twice as fast there, docs/performance.md), bf16 on CUDA."""
     return "bf16" if device.type == "cuda" else "int8"
 
 

@@ -243,9 +243,5 @@ class Engine:
         """The unfinished requests by id (the planner's)."""
         return self.planner.by_id
 
-    def busy(self) -> bool:
-        """Jobs queued, or a realtime request in flight: optional work had better wait."""
-        return bool(self.jobs) or any(s.cls is RequestClass.REALTIME for s in self.planner.sequences)
-
     def check_pool(self) -> None:
         self.pool.check([s.pages for s in self.planner.sequences])

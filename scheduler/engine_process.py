@@ -2,7 +2,7 @@
 
 Why a process: in one process the engine's host work and the server's event loop share the interpreter
 lock, and every torch op gives it up and waits to take it back; beside a busy server a model step took
-25-36x as long (README, Processes). Across processes they share only the cores.
+25-36x as long (docs/architecture.md). Across processes they share only the cores.
 
 The channel is two PUSH/PULL pairs over Unix sockets: commands in, events out, MessagePack both ways
 (`scheduler.messages`). ZeroMQ's I/O thread does the writing, outside the interpreter lock, and the queues

@@ -11,9 +11,10 @@ constrained rows never touches any of this.
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
+if TYPE_CHECKING:  # a hint only: the command line loads this module (requests carry grammars) before torch
+    import torch
 
 Kind = Literal["json_schema", "json_object", "regex", "choice", "structural_tag"]
 KINDS = ("json_schema", "json_object", "regex", "choice", "structural_tag")
@@ -129,7 +130,7 @@ class Constraints:
         """Whether any request is constrained (none: a step need not look)."""
         return bool(self._matchers)
 
-    def mask(self, logits: torch.Tensor, request_ids: list[str]) -> bool:
+    def mask(self, logits: "torch.Tensor", request_ids: list[str]) -> bool:
         """Forbid, in place, each constrained row's tokens its grammar does not allow next; False when no
         row of the step is constrained."""
         import xgrammar as xgr

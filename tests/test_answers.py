@@ -9,8 +9,8 @@ import pytest
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from voicepipe.audio import read_audio
 from voicepipe.backends.base import chat_prompt_ids
-from voicepipe.cli.options import DEFAULT_PRECISION
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS, build_messages
+from voicepipe.loading import DEFAULT_PRECISION
 from voicepipe.pipeline import CallConfig
 
 NUMBERS = {"three": "3", "seven": "7", "eight": "8", "24": "twenty-four", "32": "thirty-two", "60": "sixty",

@@ -2,9 +2,12 @@
 
 import random
 
+import pytest
+
 from scheduler.config import EngineConfig
 from scheduler.kv_pool import SlabPool
 from scheduler.planner import StepPlanner
+from scheduler.policies import POLICIES, Policy, call_policies
 from scheduler.request import RequestClass, SamplingParams, Sequence, Status
 
 RT, INTER, BATCH = RequestClass.REALTIME, RequestClass.INTERACTIVE, RequestClass.BATCH
@@ -234,3 +237,25 @@ def test_while_a_caller_may_be_finishing_background_steps_stay_under_the_cap():
     now += 2.0  # the hint ran out (the turn's first audio was never reported)
     turn.deadline = None
     assert planner.plan(now).rule == "open"
+
+
+class ShortestFirst(Policy):
+    """A toy policy: running sequences first, then the shortest prompt (o4 and fcfs take the older one)."""
+
+    def priority(self, seq: Sequence, now: float) -> tuple:
+        return (seq.status is not Status.RUNNING, seq.num_tokens)
+
+
+def test_a_policy_added_to_the_registry_runs_through_the_planner(monkeypatch):
+    with pytest.raises(ValueError, match="policy must be one of o4, fcfs, static"):
+        make_planner(policy="shortest")
+    monkeypatch.setitem(POLICIES, "shortest", ShortestFirst)  # the one registry line a new policy adds
+    assert "shortest" in call_policies()
+    planner = make_planner(policy="shortest", max_batch_tokens=64, max_batch_seqs=1)
+    old, young = request(60, arrival=0.0), request(10, arrival=1.0, first_token=500)
+    planner.add(old)
+    planner.add(young)
+    carried = []
+    while not planner.idle:
+        carried += [c.seq for c in run_step(planner, 2.0).chunks]
+    assert carried == [young] * 8 + [old] * 8  # the short prompt's prefill and decodes, then the long one's

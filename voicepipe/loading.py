@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scheduler.policies import DEFAULT_POLICY, call_policies
 from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
 
 if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a command line
@@ -22,13 +23,12 @@ if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a com
 
 log = logging.getLogger("voicepipe")
 
-# Chosen by measurement (README, Performance): int8 weights decode about twice as fast on a CPU, at 0.5%
+# Chosen by measurement (docs/performance.md): int8 weights decode about twice as fast on a CPU, at 0.5%
 # more perplexity; "fp32" gives exactly what transformers' `generate` gives. On CUDA, bf16 (int8 is fbgemm's,
 # a CPU kernel). An engine given no precision takes these (scheduler.device.default_precision).
 DEFAULT_PRECISION = "int8"
 CUDA_PRECISION = "bf16"
 PRECISIONS = ("fp32", "int8", "bf16", "fp16")
-POLICIES = ("o4", "fcfs")
 DEVICES = ("auto", "cpu", "cuda")
 ASR_BATCH = 8  # final passes per job: more would hold the device longer than one realtime step should
 # The job kinds a call's pipeline submits (the metrics' `kind` label).
@@ -45,7 +45,7 @@ class ModelOptions:
     tts_model: str | None = None
     device: str = "auto"
     llm_precision: str | None = None
-    policy: str = "o4"
+    policy: str = DEFAULT_POLICY
     torch_threads: int | None = None  # torch's intra-op threads in the engine (None: see `set_torch_threads`)
     engine_fields: dict[str, Any] = field(default_factory=dict)
 
@@ -80,16 +80,21 @@ def engine_config(options: ModelOptions) -> "EngineConfig":
     from scheduler import EngineConfig
     from voicepipe.models import resolve_asr, resolve_llm
 
-    if options.policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {options.policy!r}")
+    check_call_policy(options.policy)
     resolve_llm(options.llm_model)
     resolve_asr(options.asr_model)
     return EngineConfig(**{**options.engine_fields, **placement(options), "policy": options.policy})
 
 
+def check_call_policy(name: str) -> None:
+    """ValueError unless `name` is a policy that may serve live calls (`scheduler.policies`)."""
+    if name not in call_policies():
+        raise ValueError(f"policy must be one of {', '.join(call_policies())}, not {name!r}")
+
+
 def set_torch_threads(options: ModelOptions, device: str) -> None:
     """torch's threads in the engine: as asked, else on a CPU one core fewer than the machine has. Measured
-    (`bench convoy`, README): beside a busy server process on 2 cores, with 2 threads a batch-1 decode step
+    (`bench convoy`, docs/performance.md): beside a busy server process on 2 cores, with 2 threads a batch-1 decode step
     took 2.3x and a 224-token prefill step 8.8x as long as alone (each parallel region waits for the thread
     that shares its core with the server); with 1 thread, 1.03x and 1.01x, at 1.1x and 1.7x the 2-thread
     steps' time alone."""

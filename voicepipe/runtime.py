@@ -10,12 +10,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from scheduler import EngineConfig, RequestClass, SamplingParams
 from scheduler.client import EngineClient, LocalEngine
+from scheduler.policies import DEFAULT_POLICY
 from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
 from voicepipe.loading import (
-    POLICIES,
     WARM_UP,
     ModelOptions,
     build_engine,
+    check_call_policy,
     engine_config,
     load_voice_models,
     make_engine,
@@ -40,11 +41,10 @@ class Runtime:
         return self.warm and self.engine.alive
 
     @classmethod
-    def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = "o4",
+    def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = DEFAULT_POLICY,
               config: EngineConfig | None = None) -> "Runtime":
         """An engine on a thread of this process, over models already loaded."""
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        check_call_policy(policy)
         engine = make_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_fields(policy=policy))
         client = LocalEngine(engine)
         client.start()

@@ -234,13 +234,13 @@ class Session:
 
     async def _update(self, event: dict) -> None:
         try:
-            knobs = self._apply_update(event.get("session"))
+            self._apply_update(event.get("session"))
         except InvalidUpdate as e:
             await self.error("invalid_session_update", str(e))
             return
-        await self.send(protocol.session_event(ServerEvent.SESSION_UPDATED, self.describe(knobs)))
+        await self.send(protocol.session_event(ServerEvent.SESSION_UPDATED, self.describe()))
 
-    def _apply_update(self, update: Any) -> dict[str, int]:
+    def _apply_update(self, update: Any) -> None:
         """Check every field first, then apply them all; a bad one changes nothing."""
         if not isinstance(update, dict):
             raise InvalidUpdate("'session' must be an object")
@@ -284,14 +284,13 @@ class Session:
         self.config.instructions = self.conversation.instructions = instructions
         self.config.tools, self.config.tool_choice = tuple(found), choice
         self.conversation.tool_instructions = tools.instructions(found, chosen) if chosen else ""
-        return knobs
 
-    def describe(self, knobs: dict[str, int] | None = None) -> dict:
-        """The session as the client sees it; `knobs` just accepted show before the engine applies them
-        between two steps. The knobs are the engine's, shared by every call."""
+    def describe(self) -> dict:
+        """The session as the client sees it. The knobs are the engine's, shared by every call, as its client
+        last set them (the engine applies them between two steps)."""
         config = self.runtime.engine.config
         scheduler = {"policy": config.policy, "max_batch_tokens": config.max_batch_tokens,
-                     "max_batch_seqs": config.max_batch_seqs, **(knobs or {})}
+                     "max_batch_seqs": config.max_batch_seqs}
         return {
             "id": self.id,
             "object": "realtime.session",

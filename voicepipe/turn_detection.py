@@ -40,8 +40,8 @@ class Eagerness:
         return int(pause_ms + min(1.0, share) * (self.max_silence_ms - pause_ms))
 
 
-# Set on `voicepipe bench turns` (README, "Turn-taking"; tuned on that set, so read its figures as an
-# upper bound): most finished questions get over 0.05 and most sentences cut at a word boundary under
+# Set on `voicepipe bench turns` (docs/performance.md, "Turn-taking, measured"; tuned on that set, so read its
+# figures as an upper bound): most finished questions get over 0.05 and most sentences cut at a word boundary under
 # 0.003 (Whisper's words at a pause are often garbled, so neither all). A cut sentence whose wait outlasts
 # the caller's pause stays whole, so past about 1.5 s a longer wait buys little but silence after the
 # finished questions the judge doubted. The Realtime API's longest waits are 8, 4 and 2 s.

@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from voicepipe import threads
-from voicepipe.cli.bench import add_engine_arguments, run_engine_bench
+from voicepipe.bench.engine_command import add_engine_arguments, run_engine_bench
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,34 +3,12 @@
 decoding)."""
 
 import argparse
-import json
-import logging
-import platform
-import time
-from pathlib import Path
 
-from voicepipe.bench.engine_setup import add_engine_setup_arguments
-from voicepipe.bench.workload import Workload
-from voicepipe.cli.options import add_llm_model_arguments, add_verbose_argument
-
-log = logging.getLogger(__name__)
-MODES = ("static", "fcfs", "o4", "hf_static", "hf_cb")
-WORKLOADS = ("mixed", "poisson", "all_at_once")
-COLUMNS = ("throughput_tok_s", "ttft_p50_s", "ttft_p99_s", "latency_p50_s", "latency_p99_s")
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    add_json_argument(parser)
-    parser.add_argument("--plot", metavar="FILE.png", help="draw the results")
-    parser.add_argument("--quick", action="store_true", help="a small workload (minutes, not tens of minutes)")
-    parser.add_argument("--sweep", action="store_true", help="sweep max_batch_tokens x max_batch_seqs instead")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
-    add_llm_model_arguments(parser)
-    parser.add_argument("--max-batch-tokens", type=int, help="tokens per step (default: the engine's)")
-    parser.add_argument("--max-batch-seqs", type=int, help="sequences per step (default: the engine's)")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"comma-separated subset of {','.join(WORKLOADS)} (mixed always runs)")
-    add_engine_setup_arguments(parser)
+from scheduler.policies import call_policies
+from voicepipe.bench.engine_command import MODES, add_engine_arguments, run_engine_bench
+from voicepipe.bench.report import add_json_argument, machine, save
+from voicepipe.cli.options import add_verbose_argument
+from voicepipe.model_arguments import add_llm_model_arguments
 
 
 def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +19,8 @@ def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
 def add_caller_arguments(parser: argparse.ArgumentParser, turns: int) -> None:
     """Options of the benches with simulated callers (`calls`, `mixed`)."""
     parser.add_argument("--turns", type=int, default=turns, help=f"questions each caller asks (default {turns})")
-    parser.add_argument("--policies", default="o4,fcfs", help="comma-separated: o4, fcfs")
+    parser.add_argument("--policies", default=",".join(call_policies()),
+                        help=f"comma-separated: {', '.join(call_policies())}")
     parser.add_argument("--deadline", type=float, metavar="S",
                         help="time-to-first-audio deadline of each turn (default: the server's, 1.5 s)")
     add_json_argument(parser)
@@ -103,14 +82,6 @@ def add_ipc_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--streams", type=int, default=8, help="concurrent requests (default 8)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens each (default 64)")
     add_json_argument(parser)
-
-
-def add_json_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-
-
-def save(report: dict, path: str) -> None:
-    Path(path).write_text(json.dumps(report, indent=2))
 
 
 def run_convoy_bench(args: argparse.Namespace) -> int:
@@ -238,158 +209,13 @@ def run_mixed_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def machine(device: str = "cpu") -> dict:
-    import torch
-
-    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "device": device}
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name()
-    return info
-
-
-def workloads(quick: bool) -> dict[str, Workload]:
-    """The mixed burst (output lengths vary), the same requests under Poisson arrivals, and an all-at-once
-    batch of equal outputs, the case plain static `generate` is best at."""
-    if quick:
-        return {"mixed": Workload(requests=12, prompt_tokens=(32, 128), output_tokens=(8, 48)),
-                "poisson": Workload(12, (32, 128), (8, 48), poisson_rate=2.0),
-                "all_at_once": Workload(12, (32, 128), (24, 24))}
-    return {"mixed": Workload(), "poisson": Workload(poisson_rate=0.5),
-            "all_at_once": Workload(32, (32, 256), (64, 64))}
-
-
-def compare_modes(model, tokenizer, workload: Workload, modes: list[str], settings: dict) -> dict:
-    """Each mode on the workload; `settings` are the engine's (the knobs, the precision)."""
-    from scheduler import EngineConfig
-    from voicepipe.bench.engine_modes import run_engine, run_hf_continuous_batching, run_hf_static
-    from voicepipe.bench.engine_setup import items_for, release_device_memory
-
-    items = items_for(workload, tokenizer)
-    results = {}
-    for mode in modes:
-        release_device_memory()
-        log.info("running %s on %d requests", mode, len(items))
-        if mode == "hf_static":
-            results[mode] = run_hf_static(model, tokenizer, items)
-        elif mode == "hf_cb":
-            try:
-                results[mode] = run_hf_continuous_batching(model, items)
-            except Exception as exc:  # an optional peer: report why it could not run
-                results[mode] = {"error": f"{type(exc).__name__}: {exc}"}
-        else:
-            results[mode] = run_engine(model, tokenizer, items, EngineConfig(policy=mode, **settings))
-    return results
-
-
-def sweep(model, tokenizer, quick: bool, settings: dict) -> list[dict]:
-    """Each (max_batch_tokens, max_batch_seqs) of a grid; `settings` are the engine's other fields."""
-    from scheduler import EngineConfig
-    from voicepipe.bench.engine_modes import run_engine
-    from voicepipe.bench.engine_setup import items_for, release_device_memory
-
-    workload = Workload(requests=8 if quick else 24, prompt_tokens=(32, 128 if quick else 256),
-                        output_tokens=(8, 24 if quick else 64))
-    items = items_for(workload, tokenizer)
-    tokens_grid = (64, 256) if quick else (32, 64, 128, 256, 512)
-    seqs_grid = (2, 8) if quick else (2, 4, 8, 16, 32)
-    rows = []
-    for max_batch_tokens in tokens_grid:
-        for max_batch_seqs in seqs_grid:
-            release_device_memory()
-            result = run_engine(model, tokenizer, items, EngineConfig(max_batch_tokens=max_batch_tokens,
-                                                                      max_batch_seqs=max_batch_seqs, **settings))
-            rows.append({"max_batch_tokens": max_batch_tokens, "max_batch_seqs": max_batch_seqs, **result})
-            log.info("tokens=%d seqs=%d: %.1f tok/s", max_batch_tokens, max_batch_seqs, result["throughput_tok_s"])
-    return rows
-
-
-def print_table(title: str, modes: dict) -> None:
-    print(f"\n{title}")
-    print(f"{'mode':10}" + "".join(f"{c:>18}" for c in COLUMNS))
-    for mode, m in modes.items():
-        cells = [f"{m[c]:18.2f}" if c in m else f"{'-':>18}" for c in COLUMNS]
-        print(f"{mode:10}" + "".join(cells) + (f"  ({m['error']})" if "error" in m else ""))
-
-
-def run_engine_bench(args: argparse.Namespace) -> int:
-    from scheduler import EngineConfig
-    from voicepipe.bench.engine_modes import decode_roofline
-    from voicepipe.bench.engine_setup import engine_settings, load_bench_model, roofline_prompt
-
-    engine = engine_settings(args)  # before loading: a device that cannot run the precision fails at once
-    model, tokenizer = load_bench_model(args, engine)
-    defaults = EngineConfig()
-    knobs = {"max_batch_tokens": args.max_batch_tokens or defaults.max_batch_tokens,
-             "max_batch_seqs": args.max_batch_seqs or defaults.max_batch_seqs}
-    report: dict = {"machine": machine(engine["device"]), "knobs": knobs, "precision": engine["precision"],
-                    "engine": engine, "model": args.random_weights and f"random weights, shape {args.random_weights}",
-                    "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    settings = {**knobs, **engine}
-    if args.sweep:
-        report["sweep"] = sweep(model, tokenizer, args.quick, engine)
-        for row in report["sweep"]:
-            print(f"max_batch_tokens={row['max_batch_tokens']:4d} max_batch_seqs={row['max_batch_seqs']:3d} "
-                  f"{row['throughput_tok_s']:8.1f} tok/s  p99 latency {row['latency_p99_s']:6.2f} s")
-    else:
-        modes = [m for m in args.modes.split(",") if m]
-        unknown = set(modes) - set(MODES)
-        if unknown:
-            raise SystemExit(f"voicepipe: error: unknown modes {', '.join(sorted(unknown))}")
-        chosen = [w for w in args.workloads.split(",") if w]
-        unknown = set(chosen) - set(WORKLOADS)
-        if unknown:
-            raise SystemExit(f"voicepipe: error: unknown workloads {', '.join(sorted(unknown))}")
-        loads = workloads(args.quick)
-        report["workload"] = loads["mixed"].describe()
-        report["modes"] = compare_modes(model, tokenizer, loads["mixed"], modes, settings)
-        print_table("mixed: all requests at once, output lengths vary", report["modes"])
-        for name, title in (("poisson", f"Poisson arrivals, {loads['poisson'].poisson_rate}/s"),
-                            ("all_at_once", "all at once, equal output lengths")):
-            if name not in chosen:
-                continue
-            report[name] = {"workload": loads[name].describe(),
-                            "modes": compare_modes(model, tokenizer, loads[name], modes, settings)}
-            print_table(title, report[name]["modes"])
-        report["roofline"] = decode_roofline(model, tokenizer, engine["precision"],
-                                             prompt_ids=roofline_prompt(tokenizer),
-                                             settings={"device": engine["device"], "kv_dtype": engine["kv_dtype"]})
-        r = report["roofline"]
-        print(f"\nbatch-1 decode {r['batch1_decode_tok_s']:.1f} tok/s; bandwidth limit {r['limit_tok_s']:.1f} tok/s "
-              f"({r['bandwidth_gb_s']:.1f} GB/s over {r['weight_bytes'] / 1e6:.0f} MB of weights): "
-              f"{r['ratio_of_limit']:.2f} of the limit")
-        ratios = ratios_of(report["modes"])
-        if "all_at_once" in report:
-            ratios.update({f"all_at_once_{k}": v for k, v in ratios_of(report["all_at_once"]["modes"]).items()})
-        report["ratios"] = ratios
-        for name, value in ratios.items():
-            print(f"{name}: {value:.2f}")
-    if args.json:
-        save(report, args.json)
-    if args.plot:
-        from voicepipe.bench.plots import plot_report
-
-        plot_report(report, args.plot)
-    return 0
-
-
-def ratios_of(modes: dict) -> dict:
-    out = {}
-    o4 = modes.get("o4", {})
-    for peer in ("static", "fcfs", "hf_static", "hf_cb"):
-        m = modes.get(peer, {})
-        if "throughput_tok_s" in o4 and "throughput_tok_s" in m:
-            out[f"o4_vs_{peer}_throughput"] = o4["throughput_tok_s"] / m["throughput_tok_s"]
-            out[f"o4_vs_{peer}_latency_p99"] = o4["latency_p99_s"] / m["latency_p99_s"]
-    return out
-
-
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
+    versus = " vs ".join(call_policies())
     benches = [
-        (add_engine_arguments, "engine", "one LLM workload through static, fcfs, o4, hf_static, hf_cb"),
-        (add_calls_arguments, "calls", "simulated callers over the websocket, o4 vs fcfs"),
-        (add_mixed_arguments, "mixed", "voice calls beside streams of /v1/chat/completions, o4 vs fcfs"),
+        (add_engine_arguments, "engine", f"one LLM workload through {', '.join(MODES)}"),
+        (add_calls_arguments, "calls", f"simulated callers over the websocket, {versus}"),
+        (add_mixed_arguments, "mixed", f"voice calls beside streams of /v1/chat/completions, {versus}"),
         (add_threads_arguments, "threads", "thread-pool policies of torch, CTranslate2 and onnxruntime, each in a "
                                            "fresh process"),
         (add_ipc_arguments, "ipc", "the channel to the engine process against a thread and the bare core"),

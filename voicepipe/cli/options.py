@@ -6,9 +6,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from scheduler.policies import DEFAULT_POLICY, POLICIES, call_policies
 from voicepipe.backends.base import LLM, GenerationParams
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.loading import CUDA_PRECISION, DEFAULT_PRECISION, DEVICES, POLICIES, PRECISIONS, ModelOptions
+from voicepipe.loading import ModelOptions
+from voicepipe.model_arguments import add_llm_model_arguments
 
 if TYPE_CHECKING:  # it imports torch: only when a command runs
     from voicepipe.runtime import Runtime
@@ -16,36 +18,15 @@ if TYPE_CHECKING:  # it imports torch: only when a command runs
 log = logging.getLogger("voicepipe")
 
 
-def usable_device(name: str) -> str:
-    """argparse type of --device: `cuda` where torch sees none is refused while parsing (exit status 2)."""
-    if name == "cuda":
-        from scheduler.device import DeviceUnavailable, resolve_device  # torch: only when CUDA is asked for
-
-        try:
-            resolve_device(name)
-        except DeviceUnavailable as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return name
-
-
-def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Which LLM, the precision of its weights and the device: every command that loads it takes these."""
-    parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
-    parser.add_argument("--llm-precision", choices=PRECISIONS, default=None,
-                        help=f"weights of the engine's LLM (default: {DEFAULT_PRECISION} on a CPU, {CUDA_PRECISION} "
-                             "on CUDA; int8 runs on CPUs only)")
-    parser.add_argument("--device", type=usable_device, choices=DEVICES, default="auto",
-                        help="where the LLM runs: auto (CUDA when torch sees one, default), cpu or cuda")
-
-
 def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the commands that hold calls (`serve`, `talk`)."""
-    parser.add_argument("--policy", choices=POLICIES, default="o4",
-                        help="scheduling policy: o4 (deadline-aware, default) or fcfs (plain continuous batching)")
+    about = ", ".join(f"{name} ({POLICIES[name].about})" for name in call_policies())
+    parser.add_argument("--policy", choices=call_policies(), default=DEFAULT_POLICY,
+                        help=f"scheduling policy (default {DEFAULT_POLICY}): {about}")
     parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
     parser.add_argument("--torch-threads", type=int, metavar="N", default=None,
                         help="torch's threads in the engine (default on a CPU: one core fewer than the machine "
-                             "has, so a busy server does not stall every step; README, Two processes)")
+                             "has, so a busy server does not stall every step; docs/architecture.md)")
     add_llm_model_arguments(parser)
     add_tts_arguments(parser)
 

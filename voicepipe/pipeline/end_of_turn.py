@@ -8,7 +8,7 @@ message is computed).
 The transcript's own final punctuation is taken off first: Whisper ends a fragment with "?" as readily as a
 question ("What is the capital of?"), so it says nothing about the words, while the model's expectation of
 what comes next does ("...of" wants a noun; "...of France" a "?"). `bench turns` measures this against the
-transcript as heard and against Smart Turn, an audio model (README, "Turn-taking").
+transcript as heard and against Smart Turn, an audio model (docs/performance.md, "Turn-taking, measured").
 
 A backchannel ("mm-hm", "yeah") or a cough said over the assistant is not a turn: `is_backchannel` tells.
 """

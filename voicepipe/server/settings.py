@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scheduler.config import KNOBS as KNOB_RANGES
+from scheduler.policies import DEFAULT_POLICY, call_policies
 from voicepipe.backends.tts_select import TTS_CHOICES
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.limits import Limits
-from voicepipe.loading import DEVICES, POLICIES, PRECISIONS
+from voicepipe.loading import DEVICES, PRECISIONS
 from voicepipe.server.listen import is_loopback
 from voicepipe.server.security import Security
 
@@ -61,7 +62,7 @@ class ServeSettings:
     replicas: int = 0  # 0: one process; N: N replicas on Ray Serve (voicepipe.cluster)
     ray_address: str | None = None  # an existing Ray cluster to deploy on; None: start one on this machine
     # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
-    policy: str = "o4"
+    policy: str = DEFAULT_POLICY
     llm_model: str | None = None
     llm_precision: str | None = None  # None: the device's default (scheduler.device.default_precision)
     device: str = "auto"
@@ -159,7 +160,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
     "replicas": _not_negative, "ray_address": _not_empty,
-    "policy": _one_of(POLICIES), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
+    "policy": _one_of(call_policies()), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
 }
 
