@@ -15,7 +15,7 @@ from collections import deque
 
 from scheduler.config import EngineConfig
 from scheduler.kv_pool import SlabPool
-from scheduler.policies import POLICIES
+from scheduler.policies import make_policy
 from scheduler.request import PRESSING_TIER, RequestClass, Sequence, Status
 from scheduler.step_plan import Chunk, StepPlan
 
@@ -30,7 +30,7 @@ class StepPlanner:
         self.live_sessions: set[str] = set()  # calls in progress, whose next turn may start at any moment
         self.expected: dict[str, float] = {}  # calls whose caller may be finishing -> until when
         self.steps_planned = 0
-        self.policy = POLICIES[config.policy](self)
+        self.policy = make_policy(config.policy, self)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)

@@ -5,20 +5,19 @@ decides the order it serves sequences in (`priority`), what a step may give to w
 replies (`background`), how much of a prompt one step takes (`chunk_size`), whether it plans its steps
 itself (`plan`: static batches) and when a finished sequence's pages go back (`release_on_finish`).
 
-Adding a policy is a subclass of `Policy` and a line in `POLICIES`: the engine's config, the command
-line's choices, the server's settings and the benches all read the names from there.
+Adding a policy is a subclass of `Policy` and a line in `POLICIES`: the planner builds its policy by name
+from there (`make_policy`), and the command line's choices, the server's settings and the benches read
+the names from there too.
 """
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
+from scheduler.config import EngineConfig
 from scheduler.kv_pool import PoolExhausted
 from scheduler.request import RequestClass, Sequence, Status
 from scheduler.step_plan import Chunk, StepPlan
-
-if TYPE_CHECKING:  # the planner builds its policy, which only reads the planner it serves
-    from scheduler.planner import StepPlanner
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +36,43 @@ REALTIME_ONLY = Background(allowed=False, prefill_tokens=0, seqs=0, rule="pressi
 PRESSING_DECODE, DECODE, PREFILL = 0, 1, 2
 
 
+class Planner(Protocol):
+    """What a policy reads of the planner it serves (`StepPlanner`): its queues, its calls, its config."""
+
+    config: EngineConfig
+    running: list[Sequence]
+    waiting: list[Sequence]
+    live_sessions: set[str]
+    expected: dict[str, float]
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        """Running, then waiting."""
+
+    def pressing(self, seq: Sequence, now: float) -> bool:
+        """A realtime request whose deadline is within the pressing window."""
+
+    def effective_class(self, seq: Sequence, now: float) -> int:
+        """Its class, aged by its wait."""
+
+    def pack(self, now: float) -> StepPlan:
+        """Continuous batching by the policy's answers."""
+
+    def admit(self, seq: Sequence) -> bool:
+        """Start a waiting request if the pool can hold it."""
+
+    def grow(self, seq: Sequence, n: int, plan: StepPlan, planned: set[int], now: float) -> bool:
+        """Pages for n more of seq's tokens, preempting lower-priority work if need be."""
+
+
 class Policy:
-    """A policy reads the planner it serves (its queues, its live calls, its config) and answers it."""
+    """A policy reads the planner it serves and answers what it asks."""
 
     # Whether it may serve live calls: one whose steps make a new turn wait long is a bench baseline only.
     serves_calls: ClassVar[bool] = True
     about: ClassVar[str] = ""  # a few words for the command line's help
 
-    def __init__(self, planner: "StepPlanner") -> None:
+    def __init__(self, planner: Planner) -> None:
         self.planner = planner
 
     def priority(self, seq: Sequence, now: float) -> tuple:
@@ -171,13 +199,20 @@ class Static(FirstComeFirstServed):
         return not any(s.status is Status.RUNNING for s in self.planner.running)
 
 
-# The policies by name, the default first. A new policy: its class above and one line here.
+# The policies by name, the default (`config.DEFAULT_POLICY`) first. A new policy: its class above and one
+# line here.
 POLICIES: dict[str, type[Policy]] = {
     "o4": O4,
     "fcfs": FirstComeFirstServed,
     "static": Static,
 }
-DEFAULT_POLICY = "o4"
+
+
+def make_policy(name: str, planner: Planner) -> Policy:
+    """The policy of that name, serving `planner`; ValueError for a name the registry lacks."""
+    if name not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {name!r}")
+    return POLICIES[name](planner)
 
 
 def call_policies() -> tuple[str, ...]:

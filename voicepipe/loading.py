@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.policies import DEFAULT_POLICY, call_policies
+from scheduler.config import DEFAULT_POLICY
+from scheduler.policies import call_policies
 from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
 
 if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a command line

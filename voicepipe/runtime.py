@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from scheduler import EngineConfig, RequestClass, SamplingParams
 from scheduler.client import EngineClient, LocalEngine
-from scheduler.policies import DEFAULT_POLICY
+from scheduler.config import DEFAULT_POLICY
 from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
 from voicepipe.loading import (
     WARM_UP,

@@ -6,7 +6,8 @@ import argparse
 import logging
 import time
 
-from scheduler.policies import DEFAULT_POLICY, POLICIES
+from scheduler.config import DEFAULT_POLICY
+from scheduler.policies import POLICIES
 from voicepipe.bench.engine_setup import add_engine_setup_arguments
 from voicepipe.bench.report import add_json_argument, machine, save
 from voicepipe.bench.workload import Workload

@@ -6,7 +6,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from scheduler.policies import DEFAULT_POLICY, POLICIES, call_policies
+from scheduler.config import DEFAULT_POLICY
+from scheduler.policies import POLICIES, call_policies
 from voicepipe.backends.base import LLM, GenerationParams
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.loading import ModelOptions

@@ -2,7 +2,6 @@
 security check."""
 
 import mimetypes
-from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, HTTPException, WebSocket
 from fastapi.responses import JSONResponse, Response
@@ -13,17 +12,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from scheduler.client import EngineUnavailable
 from voicepipe import __version__
 from voicepipe.server.chat_api import build_router, install_error_handlers
+from voicepipe.server.host import CallHost
 from voicepipe.server.realtime import RealtimeDialect
 from voicepipe.server.security import Access
-
-if TYPE_CHECKING:
-    from voicepipe.server.voice_server import VoiceServer
 
 mimetypes.add_type("text/javascript", ".js")  # some systems' tables still say application/javascript
 OPEN_PATHS = ("/health", "/ready", "/metrics")  # probes and scrapers: no key, nothing private
 
 
-def build_app(server: "VoiceServer") -> FastAPI:
+def build_app(server: CallHost) -> FastAPI:
     app = FastAPI(title="voicepipe", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     runtime = server.runtime
 
@@ -82,7 +79,7 @@ class WebFiles(StaticFiles):
 class Guard:
     """Checks every request and websocket upgrade before the app sees it (see `Security`)."""
 
-    def __init__(self, app: ASGIApp, server: "VoiceServer") -> None:
+    def __init__(self, app: ASGIApp, server: CallHost) -> None:
         self.app, self.server = app, server
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

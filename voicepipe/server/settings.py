@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scheduler.config import DEFAULT_POLICY
 from scheduler.config import KNOBS as KNOB_RANGES
-from scheduler.policies import DEFAULT_POLICY, call_policies
+from scheduler.policies import call_policies
 from voicepipe.backends.tts_select import TTS_CHOICES
 from voicepipe.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.limits import Limits

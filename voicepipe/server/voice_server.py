@@ -3,7 +3,6 @@
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,20 +13,20 @@ from voicepipe import protocol
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig
 from voicepipe.runtime import Runtime
+from voicepipe.server.app import build_app
+from voicepipe.server.host import Dialect
 from voicepipe.server.http_protocol import DeadlineH11Protocol
 from voicepipe.server.listen import bind_socket, is_loopback
 from voicepipe.server.metrics import call_metrics
 from voicepipe.server.security import Access, Security
 from voicepipe.server.websocket import WebSocketLine
 from voicepipe.session import Session
-from voicepipe.transport import Transport
 from voicepipe.web_files import WEB_DIR
 
 log = logging.getLogger(__name__)
 # Messages up to this many times the limit still arrive, so the session can answer them with an error
 # event and go on; past it the websocket layer closes the connection (code 1009).
 TRANSPORT_SLACK = 4
-Dialect = Callable[[Transport], Transport]  # wraps a native-protocol line in another dialect
 
 
 class ClientFaults(logging.Filter):
@@ -52,8 +51,6 @@ class VoiceServer:
 
     def __init__(self, runtime: Runtime, limits: Limits | None = None, call_config: CallConfig | None = None,
                  security: Security | None = None, web_dir: Path = WEB_DIR) -> None:
-        from voicepipe.server.app import build_app  # here: the app's routes take this server
-
         self.runtime = runtime
         self.limits = limits or Limits()
         self.call_config = call_config or CallConfig()

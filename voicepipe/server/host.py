@@ -1,0 +1,33 @@
+"""What the app's routes ask of the server that hosts them (`VoiceServer` is the one): the server builds
+its app from itself, so the app knows it by this interface alone, and neither module imports the other's
+importer."""
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from starlette.websockets import WebSocket
+
+from voicepipe.limits import Limits
+from voicepipe.runtime import Runtime
+from voicepipe.server.metrics import CallMetrics
+from voicepipe.server.security import Access, Security
+from voicepipe.transport import Transport
+
+Dialect = Callable[[Transport], Transport]  # wraps a native-protocol line in another dialect
+
+
+class CallHost(Protocol):
+    runtime: Runtime
+    limits: Limits
+    metrics: CallMetrics
+    security: Security
+    web_dir: Path
+    draining: bool
+
+    @property
+    def ready(self) -> bool:
+        """Warm, the engine up, and not draining: what /ready answers."""
+
+    async def serve_call(self, ws: WebSocket, access: Access, api: str, dialect: Dialect | None = None) -> None:
+        """Accept one call, or tell the client why not; runs until the call ends."""
