@@ -30,9 +30,10 @@ CALL = tools.call_text("multiply", '{"a": 37, "b": 43}')
 MULTIPLY = {"type": "function", "name": "multiply", "parameters": {"type": "object", "properties": {
     "a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}
 # This server's own additions, documented in DESIGN.md (Protocol): the session's scheduler knobs and limits,
-# a reply's timings and deadline verdict; `id` and `object` on a session, as the Realtime API itself sends.
+# a reply's timings, waterfall and deadline verdict; `id` and `object` on a session, as the Realtime API
+# itself sends.
 EXTENSIONS = {"session.id", "session.object", "session.scheduler", "session.limits",
-              "response.timings", "response.deadline_met", "response.underruns"}
+              "response.timings", "response.waterfall", "response.deadline_met", "response.underruns"}
 SEEN_AT_LEAST = {"session.created", "session.updated", "input_audio_buffer.speech_started",
                  "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
                  "conversation.item.input_audio_transcription.completed", "response.created",
