@@ -12,7 +12,7 @@ interactive's before realtime's. Sessions pin their conversation prefix between 
 """
 
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence as Seq
 
 
@@ -32,6 +32,7 @@ class SlabPool:
         self.page_key: dict[int, tuple] = {}  # page -> (parent hash, tokens) of the full page it holds
         self.key_page: dict[tuple, int] = {}
         self.lru: OrderedDict[int, int] = OrderedDict()  # cached unreferenced page -> class rank of its owner
+        self.lru_ranks: Counter[int] = Counter()  # how many pages of each rank `lru` holds
         self.pins: OrderedDict[str, tuple[list[int], int]] = OrderedDict()  # session -> (pages, rank)
 
     # -- figures ---------------------------------------------------------------------------------------
@@ -40,7 +41,7 @@ class SlabPool:
 
     @property
     def num_free(self) -> int:
-        return sum(len(f) for f in self.free_lists)
+        return sum(map(len, self.free_lists))
 
     @property
     def num_available(self) -> int:
@@ -54,7 +55,7 @@ class SlabPool:
     def fragmentation(self) -> float:
         """Free pages stranded in partly used slabs, over all free pages."""
         free = self.num_free
-        stranded = sum(len(f) for f in self.free_lists if 0 < len(f) < self.pages_per_slab)
+        stranded = sum(n for n in map(len, self.free_lists) if n < self.pages_per_slab)
         return stranded / free if free else 0.0
 
     def pages_for(self, tokens: int) -> int:
@@ -69,20 +70,25 @@ class SlabPool:
         if not self.can_allocate(n, use_reserve):
             raise PoolExhausted(f"{n} pages wanted, {self.num_available} available, reserve {self.reserve}")
         pages = []
+        # Free pages per slab, kept up to date here: a GPU's pool has thousands of slabs, and a scan of them
+        # per page in Python was most of a simulated 13B step's host time.
+        free = list(map(len, self.free_lists))
         for _ in range(n):
-            open_slabs = [s for s, f in enumerate(self.free_lists) if f]
-            if not open_slabs:
+            if not any(free):
                 self._evict_one()
-                open_slabs = [s for s, f in enumerate(self.free_lists) if f]
-            slab = min(open_slabs, key=lambda s: len(self.free_lists[s]))
+                free = list(map(len, self.free_lists))
+            slab = free.index(min(filter(None, free)))  # the first slab with the fewest free pages
+            free[slab] -= 1
             page = self.free_lists[slab].pop()
             self.refs[page] = 1
             pages.append(page)
         return pages
 
     def _evict_one(self) -> None:
-        page = min(self.lru, key=lambda p: -self.lru[p])  # highest rank (batch) first; LRU within a rank
+        rank = max(r for r, n in self.lru_ranks.items() if n)  # highest rank (batch) first; LRU within a rank
+        page = next(p for p, r in self.lru.items() if r == rank)
         del self.lru[page]
+        self.lru_ranks[rank] -= 1
         del self.key_page[self.page_key.pop(page)]
         self.free_lists[self.slab_of(page)].append(page)
 
@@ -95,6 +101,7 @@ class SlabPool:
                 if page in self.page_key:
                     self.lru[page] = rank
                     self.lru.move_to_end(page)
+                    self.lru_ranks[rank] += 1
                 else:
                     self.free_lists[self.slab_of(page)].append(page)
 
@@ -121,7 +128,7 @@ class SlabPool:
             if page is None:
                 break
             if self.refs[page] == 0:
-                del self.lru[page]
+                self.lru_ranks[self.lru.pop(page)] -= 1
             self.refs[page] += 1
             pages.append(page)
         return pages
@@ -202,3 +209,4 @@ class SlabPool:
             states = (page in free) + (page in self.lru) + (self.refs[page] > 0)
             assert states == 1, f"page {page} is in {states} states"
             assert (page in self.lru) <= (page in self.page_key), f"page {page} cached without a key"
+        assert +self.lru_ranks == Counter(self.lru.values()), "the cached pages' ranks are miscounted"
