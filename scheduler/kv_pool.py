@@ -13,6 +13,7 @@ interactive's before realtime's. Sessions pin their conversation prefix between 
 
 import math
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 
 
@@ -29,6 +30,7 @@ class SlabPool:
         self.free_lists: list[list[int]] = [
             list(range((s + 1) * pages_per_slab - 1, s * pages_per_slab - 1, -1)) for s in range(num_slabs)
         ]
+        self.free_count = self.num_pages  # pages in the free lists, kept as they change (read every plan)
         self.page_key: dict[int, tuple] = {}  # page -> (parent hash, tokens) of the full page it holds
         self.key_page: dict[tuple, int] = {}
         self.lru: OrderedDict[int, int] = OrderedDict()  # cached unreferenced page -> class rank of its owner
@@ -41,7 +43,7 @@ class SlabPool:
 
     @property
     def num_free(self) -> int:
-        return sum(map(len, self.free_lists))
+        return self.free_count
 
     @property
     def num_available(self) -> int:
@@ -80,6 +82,7 @@ class SlabPool:
             slab = free.index(min(filter(None, free)))  # the first slab with the fewest free pages
             free[slab] -= 1
             page = self.free_lists[slab].pop()
+            self.free_count -= 1
             self.refs[page] = 1
             pages.append(page)
         return pages
@@ -91,6 +94,7 @@ class SlabPool:
         self.lru_ranks[rank] -= 1
         del self.key_page[self.page_key.pop(page)]
         self.free_lists[self.slab_of(page)].append(page)
+        self.free_count += 1
 
     def release(self, pages: Seq[int], rank: int) -> None:
         """Drop one reference from each page; cached pages stay for reuse, others go back to their slab."""
@@ -104,6 +108,7 @@ class SlabPool:
                     self.lru_ranks[rank] += 1
                 else:
                     self.free_lists[self.slab_of(page)].append(page)
+                    self.free_count += 1
 
     # -- prefix cache ----------------------------------------------------------------------------------
     def page_keys(self, tokens: Seq[int], known: Seq[tuple] = ()) -> list[tuple]:
@@ -113,17 +118,22 @@ class SlabPool:
         filled instead of its whole history.
         """
         keys = list(known)
-        parent = hash(keys[-1]) if keys else 0
-        for i in range(len(keys), len(tokens) // self.page_tokens):
-            key = (parent, tuple(tokens[i * self.page_tokens:(i + 1) * self.page_tokens]))
-            keys.append(key)
-            parent = hash(key)
+        keys += self._chained_keys(tokens, len(keys), hash(keys[-1]) if keys else 0)
         return keys
 
+    def _chained_keys(self, tokens: Seq[int], first: int, parent: int) -> Iterator[tuple]:
+        """The keys of full pages `first`, `first` + 1, ... of tokens, made one at a time as they are asked for."""
+        size = self.page_tokens
+        for i in range(first, len(tokens) // size):
+            key = (parent, tuple(tokens[i * size:(i + 1) * size]))
+            yield key
+            parent = hash(key)
+
     def match_prefix(self, tokens: Seq[int]) -> list[int]:
-        """Take references on the cached pages that hold a prefix of tokens (leaving one token to compute)."""
+        """Take references on the cached pages that hold a prefix of tokens (leaving one token to compute).
+        Keys are made only until the first miss: a waiting prompt is matched again at every plan."""
         pages = []
-        for key in self.page_keys(tokens[:-1]):
+        for key in self._chained_keys(tokens[:-1], 0, 0):
             page = self.key_page.get(key)
             if page is None:
                 break
@@ -203,7 +213,7 @@ class SlabPool:
             for page in table:
                 owners[page] += 1
         free = {p for f in self.free_lists for p in f}
-        assert sum(len(f) for f in self.free_lists) == len(free), "a page is free twice"
+        assert sum(len(f) for f in self.free_lists) == len(free) == self.free_count, "a page is free twice"
         for page in range(self.num_pages):
             assert owners[page] == self.refs[page], f"page {page}: {self.refs[page]} refs, {owners[page]} owners"
             states = (page in free) + (page in self.lru) + (self.refs[page] > 0)
