@@ -29,15 +29,17 @@ class JobPrices:
 
 
 # This CPU: DESIGN.md's measurements (Whisper tiny.en padded to the utterance plus 1-2 s: 100-180 ms for a
-# 3-5 s clip; Piper: real-time factor 0.17-0.20). The GPUs: assumed, good to a factor of two: a Whisper
-# large-v3-turbo final pass (faster-whisper's README: 13 min of audio in 19 s on an RTX 2080 Ti, 0.7 s per
-# 30-s window, fp16, beam 5; an utterance-length window and a datacenter GPU several times faster), and a
-# VITS-class voice at a real-time factor of 0.02.
+# 3-5 s clip; Piper: real-time factor 0.17-0.20). The GPUs, good to a factor of two:
+# - TTS: PaddleSpeech's TTS benchmark (wiki "TTS Benchmark", one A100-80GB, one request at a time):
+#   FastSpeech2 + HiFi-GAN at a real-time factor of 0.0218; an H100 taken 1.5x as fast (assumed).
+# - ASR: a Whisper large-v3-turbo final pass over an utterance-length window (faster-whisper's README: 13 min of
+#   audio in 19 s on an RTX 2080 Ti, 0.7 s a 30-s window with beam 5); by the roofline its encoder over 5 s of
+#   audio is a few ms on these GPUs, so the pass is its ~10 decoder steps and launch costs (assumed 60/40 ms).
 JOB_PRICES = {
     CPU: JobPrices(0.14, 0.185, "measured on this CPU (DESIGN.md): Whisper tiny.en trimmed pass, Piper RTF"),
-    "a100-80g": JobPrices(0.15, 0.03, "assumed (x2): Whisper large-v3-turbo pass, VITS-class voice"),
-    "h100": JobPrices(0.10, 0.02, "assumed (x2): Whisper large-v3-turbo pass, VITS-class voice"),
-    "h200": JobPrices(0.10, 0.02, "assumed (x2): as the H100 (same compute)"),
+    "a100-80g": JobPrices(0.06, 0.022, "ASR assumed (x2); TTS PaddleSpeech FastSpeech2+HiFi-GAN on an A100"),
+    "h100": JobPrices(0.04, 0.015, "assumed (x2): the A100's, 1.5x as fast"),
+    "h200": JobPrices(0.04, 0.015, "assumed (x2): as the H100 (same compute)"),
 }
 
 

@@ -33,6 +33,11 @@ def text_figures(seqs: list[Sequence], start: float, end: float) -> dict:
     tpots = [t for t in map(tpot, done) if t is not None]
     makespan = max(end - start, 1e-9)
     result = summarize(sum(map(shown_tokens, seqs)), makespan, ttfts, e2e)
+    # Past saturation the whole run's rate includes its ramp up: its second half is the engine's capacity.
+    middle = start + makespan / 2
+    late = [s for s in done if s.last_token_at is not None and s.last_token_at >= middle]
+    result.update({"steady_requests_per_s": len(late) / (end - middle) if end > middle else float("nan"),
+                   "steady_tok_s": sum(map(shown_tokens, late)) / (end - middle) if end > middle else float("nan")})
     result.update({"requests": len(seqs), "finished": len(done), "requests_per_s": len(done) / makespan,
                    "tpot_p50_s": percentile(tpots, 50), "tpot_p99_s": percentile(tpots, 99),
                    "preemptions": sum(s.preemptions for s in seqs)})

@@ -75,6 +75,7 @@ def measure(scenario: Scenario, model: Any, tokenizer: Any, prices: JobPrices, *
     engine_config = scenario.config({}, **config)
     runner = RecordingRunner(ModelRunner(model, engine_config))
     engine = Engine(model, tokenizer, engine_config, jobs, runner=runner)
+    _warm_up(engine, runner)
     driver_steps: list = []
 
     def steps() -> list:
@@ -106,6 +107,17 @@ def _drive(engine, clock, scenario: Scenario, vocab: int, prices: JobPrices, ste
     if calls:
         report["calls"] = call_figures(calls)
     return report
+
+
+def _warm_up(engine, runner: RecordingRunner) -> None:
+    """A first short request through the engine, unrecorded: a process's first steps pay one-time costs."""
+    from scheduler import SamplingParams, Sequence
+
+    engine.add_request(Sequence([5] * 40, SamplingParams(max_tokens=4, ignore_eos=True), request_id="warm-up"))
+    while engine.step():
+        pass
+    engine.take_outputs()
+    runner.shapes.clear()
 
 
 def _sleeping(fn):
