@@ -12,6 +12,8 @@ leaves its outputs (tokens and job results) in `outputs` for whoever drives it t
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
@@ -29,12 +31,28 @@ from scheduler.sampler import probability_of, probe_rows, sample_rows
 log = logging.getLogger(__name__)
 
 
+class Runner(Protocol):
+    """What a step asks of the model: `ModelRunner`, or the simulator's stand-in that prices the step."""
+
+    num_slabs: int
+    pages_per_slab: int
+
+    def run(self, plan: StepPlan) -> torch.Tensor: ...
+
+    def copy_pages(self, moves: dict[int, int]) -> None: ...
+
+
 class Engine:
     def __init__(self, model: torch.nn.Module, tokenizer, config: EngineConfig | None = None,
-                 jobs: dict[str, JobHandler] | None = None):
+                 jobs: dict[str, JobHandler] | None = None, runner: Runner | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        """`runner` and `clock` are the model's own runner and the wall clock unless given: the simulator
+        (scheduler.sim) passes a runner that prices each step on a virtual clock, so the same planner, pool
+        and job queue run at a scale this machine cannot."""
         self.config = config or EngineConfig()
         self.tokenizer = tokenizer
-        self.runner = ModelRunner(model, self.config)
+        self.clock = clock
+        self.runner = runner if runner is not None else ModelRunner(model, self.config)
         self.pool = SlabPool(self.runner.num_slabs, self.runner.pages_per_slab, self.config.page_tokens,
                              self.config.reserve_frac)
         gen = getattr(model, "generation_config", None)
@@ -57,7 +75,7 @@ class Engine:
     # -- the step ----------------------------------------------------------------------------------------
     def step(self) -> bool:
         """Run the most urgent unit of device work: a job or a model step. False when there was none."""
-        now = time.monotonic()
+        now = self.clock()
         # A job goes first when the model has nothing to do, or nothing more urgent; it wins a tie, since it
         # unblocks audio.
         if self.jobs and (self.planner.idle or self.jobs.first_key() <= self.planner.urgency(now)):
@@ -77,14 +95,14 @@ class Engine:
     def _run_jobs(self) -> None:
         handler = self.handlers[self.jobs.first_kind()]
         jobs = self.jobs.pop(handler.batch)
-        t0 = time.monotonic()
+        t0 = self.clock()
         try:
             values = handler.fn([j.args for j in jobs]) if handler.batch > 1 else [handler.fn(*jobs[0].args)]
             errors = [None] * len(jobs)
         except Exception as exc:  # the callers get the error; the engine goes on
             log.warning("device job %s failed: %s", jobs[0].kind, exc)
             values, errors = [None] * len(jobs), [f"{type(exc).__name__}: {exc}"] * len(jobs)
-        seconds = time.monotonic() - t0
+        seconds = self.clock() - t0
         self.metrics.job_done(jobs[0].kind, seconds)
         self.job_results += [JobResult(j.job_id, j.kind, v, e, seconds) for j, v, e in zip(jobs, values, errors,
                                                                                              strict=True)]
@@ -95,14 +113,14 @@ class Engine:
         if not plan.chunks:
             self._fail_stuck()
             return
-        step = StepRecord(plan, time.monotonic())
+        step = StepRecord(plan, self.clock())
         sampling = [c.seq for c in plan.chunks if c.samples]
         try:
             tokens, probes = self._run(plan, sampling, step)
         except Exception as exc:  # a fault in one step (an OOM, a kernel bug) fails that step's requests only
             self._fail_step(plan, exc)
             return
-        step.ended = time.monotonic()
+        step.ended = self.clock()
         for chunk in plan.chunks:
             seq = chunk.seq
             if seq.num_cached == 0 and chunk.start == 0 and seq.first_token_at is None:
@@ -124,9 +142,9 @@ class Engine:
         params = [s.params for s in sampling]
         probes = probe_rows(logits, params)
         if self.constraints.active:  # a finished padding row has no matcher left: never masked
-            t0 = time.monotonic()
+            t0 = self.clock()
             if self.constraints.mask(logits, [s.request_id for s in sampling]):
-                step.mask_s = time.monotonic() - t0
+                step.mask_s = self.clock() - t0
         tokens = sample_rows(logits, params, [len(s.output_ids) for s in sampling]) if sampling else []
         return tokens, probes
 

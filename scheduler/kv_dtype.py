@@ -8,6 +8,8 @@ the page's bytes so that the comparison stays honest.
 
 import torch
 
+from scheduler.config import EngineConfig
+
 KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn}
 SCALE_DTYPE = torch.float32
 
@@ -36,3 +38,8 @@ def page_bytes(page_tokens: int, n_kv: int, head_dim: int, dtype: torch.dtype) -
 def pages_per_slab(slab_bytes: int, page_tokens: int, n_kv: int, head_dim: int, dtype: torch.dtype) -> int:
     """How many pages of a layer one slab holds (at least one, whatever the model's size)."""
     return max(1, slab_bytes // page_bytes(page_tokens, n_kv, head_dim, dtype))
+
+
+def num_slabs(config: EngineConfig, n_layers: int) -> int:
+    """How many slabs a layer's pool has: `num_slabs`, or as many as `kv_bytes` holds over all layers."""
+    return config.num_slabs if config.kv_bytes is None else max(1, config.kv_bytes // (config.slab_bytes * n_layers))

@@ -12,7 +12,8 @@ interactive's before realtime's. Sessions pin their conversation prefix between 
 """
 
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from collections.abc import Sequence as Seq
 
 
@@ -29,9 +30,11 @@ class SlabPool:
         self.free_lists: list[list[int]] = [
             list(range((s + 1) * pages_per_slab - 1, s * pages_per_slab - 1, -1)) for s in range(num_slabs)
         ]
+        self.free_count = self.num_pages  # pages in the free lists, kept as they change (read every plan)
         self.page_key: dict[int, tuple] = {}  # page -> (parent hash, tokens) of the full page it holds
         self.key_page: dict[tuple, int] = {}
         self.lru: OrderedDict[int, int] = OrderedDict()  # cached unreferenced page -> class rank of its owner
+        self.lru_ranks: Counter[int] = Counter()  # how many pages of each rank `lru` holds
         self.pins: OrderedDict[str, tuple[list[int], int]] = OrderedDict()  # session -> (pages, rank)
 
     # -- figures ---------------------------------------------------------------------------------------
@@ -40,7 +43,7 @@ class SlabPool:
 
     @property
     def num_free(self) -> int:
-        return sum(len(f) for f in self.free_lists)
+        return self.free_count
 
     @property
     def num_available(self) -> int:
@@ -54,7 +57,7 @@ class SlabPool:
     def fragmentation(self) -> float:
         """Free pages stranded in partly used slabs, over all free pages."""
         free = self.num_free
-        stranded = sum(len(f) for f in self.free_lists if 0 < len(f) < self.pages_per_slab)
+        stranded = sum(n for n in map(len, self.free_lists) if n < self.pages_per_slab)
         return stranded / free if free else 0.0
 
     def pages_for(self, tokens: int) -> int:
@@ -69,22 +72,29 @@ class SlabPool:
         if not self.can_allocate(n, use_reserve):
             raise PoolExhausted(f"{n} pages wanted, {self.num_available} available, reserve {self.reserve}")
         pages = []
+        # Free pages per slab, kept up to date here: a GPU's pool has thousands of slabs, and a scan of them
+        # per page in Python was most of a simulated 13B step's host time.
+        free = list(map(len, self.free_lists))
         for _ in range(n):
-            open_slabs = [s for s, f in enumerate(self.free_lists) if f]
-            if not open_slabs:
+            if not any(free):
                 self._evict_one()
-                open_slabs = [s for s, f in enumerate(self.free_lists) if f]
-            slab = min(open_slabs, key=lambda s: len(self.free_lists[s]))
+                free = list(map(len, self.free_lists))
+            slab = free.index(min(filter(None, free)))  # the first slab with the fewest free pages
+            free[slab] -= 1
             page = self.free_lists[slab].pop()
+            self.free_count -= 1
             self.refs[page] = 1
             pages.append(page)
         return pages
 
     def _evict_one(self) -> None:
-        page = min(self.lru, key=lambda p: -self.lru[p])  # highest rank (batch) first; LRU within a rank
+        rank = max(r for r, n in self.lru_ranks.items() if n)  # highest rank (batch) first; LRU within a rank
+        page = next(p for p, r in self.lru.items() if r == rank)
         del self.lru[page]
+        self.lru_ranks[rank] -= 1
         del self.key_page[self.page_key.pop(page)]
         self.free_lists[self.slab_of(page)].append(page)
+        self.free_count += 1
 
     def release(self, pages: Seq[int], rank: int) -> None:
         """Drop one reference from each page; cached pages stay for reuse, others go back to their slab."""
@@ -95,8 +105,10 @@ class SlabPool:
                 if page in self.page_key:
                     self.lru[page] = rank
                     self.lru.move_to_end(page)
+                    self.lru_ranks[rank] += 1
                 else:
                     self.free_lists[self.slab_of(page)].append(page)
+                    self.free_count += 1
 
     # -- prefix cache ----------------------------------------------------------------------------------
     def page_keys(self, tokens: Seq[int], known: Seq[tuple] = ()) -> list[tuple]:
@@ -106,22 +118,27 @@ class SlabPool:
         filled instead of its whole history.
         """
         keys = list(known)
-        parent = hash(keys[-1]) if keys else 0
-        for i in range(len(keys), len(tokens) // self.page_tokens):
-            key = (parent, tuple(tokens[i * self.page_tokens:(i + 1) * self.page_tokens]))
-            keys.append(key)
-            parent = hash(key)
+        keys += self._chained_keys(tokens, len(keys), hash(keys[-1]) if keys else 0)
         return keys
 
+    def _chained_keys(self, tokens: Seq[int], first: int, parent: int) -> Iterator[tuple]:
+        """The keys of full pages `first`, `first` + 1, ... of tokens, made one at a time as they are asked for."""
+        size = self.page_tokens
+        for i in range(first, len(tokens) // size):
+            key = (parent, tuple(tokens[i * size:(i + 1) * size]))
+            yield key
+            parent = hash(key)
+
     def match_prefix(self, tokens: Seq[int]) -> list[int]:
-        """Take references on the cached pages that hold a prefix of tokens (leaving one token to compute)."""
+        """Take references on the cached pages that hold a prefix of tokens (leaving one token to compute).
+        Keys are made only until the first miss: a waiting prompt is matched again at every plan."""
         pages = []
-        for key in self.page_keys(tokens[:-1]):
+        for key in self._chained_keys(tokens[:-1], 0, 0):
             page = self.key_page.get(key)
             if page is None:
                 break
             if self.refs[page] == 0:
-                del self.lru[page]
+                self.lru_ranks[self.lru.pop(page)] -= 1
             self.refs[page] += 1
             pages.append(page)
         return pages
@@ -196,9 +213,10 @@ class SlabPool:
             for page in table:
                 owners[page] += 1
         free = {p for f in self.free_lists for p in f}
-        assert sum(len(f) for f in self.free_lists) == len(free), "a page is free twice"
+        assert sum(len(f) for f in self.free_lists) == len(free) == self.free_count, "a page is free twice"
         for page in range(self.num_pages):
             assert owners[page] == self.refs[page], f"page {page}: {self.refs[page]} refs, {owners[page]} owners"
             states = (page in free) + (page in self.lru) + (self.refs[page] > 0)
             assert states == 1, f"page {page} is in {states} states"
             assert (page in self.lru) <= (page in self.page_key), f"page {page} cached without a key"
+        assert +self.lru_ranks == Counter(self.lru.values()), "the cached pages' ranks are miscounted"

@@ -19,7 +19,7 @@ from transformers.masking_utils import AttentionMaskInterface
 import kernels
 from scheduler.config import EngineConfig
 from scheduler.device import place_model
-from scheduler.kv_dtype import SCALE_DTYPE, is_scaled, kv_torch_dtype, pages_per_slab
+from scheduler.kv_dtype import SCALE_DTYPE, is_scaled, kv_torch_dtype, num_slabs, pages_per_slab
 from scheduler.llama import LayerKV, LeanLlama, PagedStep, UnsupportedModel, build_lean_llama
 from scheduler.planner import StepPlan
 from scheduler.quantize import quantize_linears
@@ -61,8 +61,7 @@ class ModelRunner:
         self.kv_dtype = kv_torch_dtype(config.kv_dtype, self.dtype)
         self.pages_per_slab = pages_per_slab(config.slab_bytes, config.page_tokens, self.n_kv, self.head_dim,
                                              self.kv_dtype)
-        self.num_slabs = (config.num_slabs if config.kv_bytes is None
-                          else max(1, config.kv_bytes // (config.slab_bytes * self.n_layers)))
+        self.num_slabs = num_slabs(config, self.n_layers)
         self.num_pages = self.num_slabs * self.pages_per_slab
         self.kv = torch.zeros(2, self.n_layers, self.num_pages, config.page_tokens, self.n_kv, self.head_dim,
                               dtype=self.kv_dtype, device=self.device)

@@ -29,6 +29,7 @@ from voicepipe.cli.options import add_verbose_argument
 from voicepipe.cli.serve import add_serve_arguments, run_serve
 from voicepipe.cli.talk import add_talk_arguments, run_talk
 from voicepipe.models import ModelError
+from voicepipe.simulate.command import add_simulate_arguments, run_simulate
 
 COMMANDS = [
     Command("transcribe", "print the transcript of an audio file", add_transcribe_arguments, run_transcribe),
@@ -41,6 +42,8 @@ COMMANDS = [
             add_talk_arguments, run_talk),
     Command("bench", "measure the engine, whole calls, calls beside API traffic, or thread pools",
             add_bench_arguments, run_bench),
+    Command("simulate", "mini-O4's own planner on a GPU it does not have: virtual time, priced steps",
+            add_simulate_arguments, run_simulate),
 ]
 
 

@@ -1,0 +1,21 @@
+"""The simulator's core: the engine's own planner, pool and job queue in virtual time.
+
+Nothing here copies a scheduling rule. `virtual_engine` builds the real `Engine` with two parts swapped:
+its clock is a `VirtualClock`, and its model runner is a `PricedRunner`, which prices each planned step
+with a cost model (`Roofline` from a model's shape and a device's published rates, or `FittedCost` from
+step times measured on a device at hand) and moves the clock on by that much. `Driver` feeds it timed
+work (arrivals, a call's next turn) as the benches feed the real engine, so one driver runs both.
+"""
+
+from scheduler.sim.clock import VirtualClock, WallClock
+from scheduler.sim.devices import DEVICES, DTYPES, Device, DType
+from scheduler.sim.drive import Driver, Saturated
+from scheduler.sim.fitted import FittedCost
+from scheduler.sim.recording import RecordingRunner
+from scheduler.sim.roofline import Efficiency, Roofline
+from scheduler.sim.runner import PricedRunner, virtual_engine
+from scheduler.sim.shape import ModelShape
+from scheduler.sim.step_shape import StepShape
+
+__all__ = ["DEVICES", "DTYPES", "DType", "Device", "Driver", "Efficiency", "FittedCost", "ModelShape", "PricedRunner",
+           "RecordingRunner", "Roofline", "Saturated", "StepShape", "VirtualClock", "WallClock", "virtual_engine"]

@@ -1,0 +1,77 @@
+"""A step-cost model fitted to measured steps of a device at hand: a linear sum of a step's counts.
+
+`seconds = a + b*tokens + c*samples + d*seqs + e*attention_pairs + f*context_tokens`, the form DistServe
+fits for prefill and decode (a constant, a term per token, a term per attention pair) with the terms the
+engine's host work adds: per sequence (page tables, metadata) and per sampled row (the output head and
+sampling, large on a CPU for a 49k vocabulary). The target is the driver's step time, plan to outputs, so
+the planner's and postprocessing's host time is priced with the model's.
+
+Fitted by least squares on relative errors (a 20 ms decode step matters as much as a 2 s prompt step: the
+latencies are made of both), robustly: a term that comes out negative has no physical meaning and is
+dropped, and steps more than 4 scaled MADs off (another process took the cores) are left out and the fit
+redone.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scheduler.sim.step_shape import StepShape
+
+TERMS = ("const", "tokens", "samples", "seqs", "attention_pairs", "context_tokens")
+
+
+def features(step: StepShape) -> list[float]:
+    return [1.0, step.tokens, step.samples, step.seqs, step.attention_pairs, step.context_tokens]
+
+
+@dataclass
+class FittedCost:
+    coefficients: dict[str, float]
+    about: dict = field(default_factory=dict)  # what it was fitted on: model, precision, machine, runs, errors
+
+    def step_seconds(self, step: StepShape) -> float:
+        return float(sum(self.coefficients.get(t, 0.0) * x for t, x in zip(TERMS, features(step), strict=True)))
+
+    @classmethod
+    def fit(cls, steps: list[StepShape], seconds: list[float], about: dict | None = None) -> "FittedCost":
+        y = np.array(seconds, dtype=float)
+        x = np.array([features(s) for s in steps], dtype=float) / y[:, None]  # rows scaled: relative errors
+        ones = np.ones(len(y))
+        keep = np.ones(len(y), dtype=bool)
+        coef = _nonnegative_lstsq(x, ones)
+        for _ in range(3):
+            residual = x @ coef - 1
+            mad = np.median(np.abs(residual - np.median(residual))) * 1.4826
+            keep = np.abs(residual - np.median(residual)) <= 4 * max(mad, 1e-3)
+            coef = _nonnegative_lstsq(x[keep], ones[keep])
+        predicted = (x @ coef) * y
+        relative = np.abs(predicted - y) / y
+        info = {**(about or {}), "steps": len(y), "outliers_left_out": int((~keep).sum()),
+                "relative_error_p50": float(np.median(relative[keep])),
+                "relative_error_p90": float(np.percentile(relative[keep], 90)),
+                "total_time_error": float(predicted[keep].sum() / y[keep].sum() - 1)}
+        return cls(dict(zip(TERMS, map(float, coef), strict=True)), info)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"coefficients": self.coefficients, "about": self.about}, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "FittedCost":
+        data = json.loads(Path(path).read_text())
+        return cls(data["coefficients"], data.get("about", {}))
+
+
+def _nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares, refitted without the most negative term until none is negative."""
+    active = list(range(x.shape[1]))
+    while True:
+        coef = np.zeros(x.shape[1])
+        if active:
+            coef[active] = np.linalg.lstsq(x[:, active], y, rcond=None)[0]
+        negative = [i for i in active if coef[i] < 0]
+        if not negative:
+            return coef
+        active.remove(min(negative, key=lambda i: coef[i]))

@@ -1,0 +1,61 @@
+"""The runs this CPU is measured on: the calibration set the step-cost fit reads, and the validation set it
+never sees (other arrival processes and rates, both knobs at two settings, the three policies, calls).
+
+The model is SmolLM2-135M's shape with seeded random weights (`voicepipe.bench.random_weights`): a step
+costs what the embedded model's would, without loading the GGUF, and every request runs to its length.
+Workloads are short: the 2 cores are shared, so each run takes seconds, not minutes.
+"""
+
+from dataclasses import replace
+from typing import Any
+
+from voicepipe.simulate.calls import CallLoad
+from voicepipe.simulate.run import Scenario
+from voicepipe.simulate.text import TextLoad
+
+MODEL, PRECISION = "smollm2-135m", "int8"  # the embedded model's shape; int8 is the CPU engine's default
+SHORT = TextLoad("all_at_once", requests=12, prompt_tokens=(32, 128), output_tokens=(8, 48), seed=11)
+
+# What the fit reads: a spread of step shapes (long and short prompts, small and large decode batches).
+CALIBRATION = {
+    "cal-mixed": Scenario("fcfs", {"max_batch_tokens": 256, "max_batch_seqs": 16},
+                          TextLoad("all_at_once", requests=12, prompt_tokens=(16, 256), output_tokens=(4, 40),
+                                   seed=101), max_wait_s=None),
+    "cal-small-steps": Scenario("o4", {"max_batch_tokens": 48, "max_batch_seqs": 6},
+                                TextLoad("all_at_once", requests=8, prompt_tokens=(24, 96), output_tokens=(16, 40),
+                                         seed=102), engine={"shard_tokens": 16}, max_wait_s=None),
+    "cal-wide-decode": Scenario("fcfs", {"max_batch_tokens": 512, "max_batch_seqs": 24},
+                                TextLoad("all_at_once", requests=24, prompt_tokens=(8, 40), output_tokens=(24, 32),
+                                         seed=103), max_wait_s=None),
+}
+
+# What it is judged on: none of these workloads, seeds or settings is in the calibration set.
+VALIDATION = {
+    "all-at-once": Scenario("o4", {}, SHORT, max_wait_s=None),
+    "poisson-1/s": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=1.0, duration_s=30.0), max_wait_s=None),
+    "poisson-3/s": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=3.0, duration_s=30.0), max_wait_s=None),
+    "tokens=64": Scenario("o4", {"max_batch_tokens": 64}, SHORT, max_wait_s=None),
+    "tokens=512": Scenario("o4", {"max_batch_tokens": 512}, SHORT, max_wait_s=None),
+    "seqs=3": Scenario("o4", {"max_batch_seqs": 3}, SHORT, max_wait_s=None),
+    "fcfs": Scenario("fcfs", {}, SHORT, max_wait_s=None),
+    "static": Scenario("static", {}, SHORT, max_wait_s=None),
+    "calls+text": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=0.5, duration_s=20.0, requests=8),
+                           calls=CallLoad(calls=2, turns=2, reply_tokens=24, question_tokens=16,
+                                          instructions_tokens=64, seed=5), max_wait_s=None),
+}
+QUICK = ("all-at-once", "poisson-3/s", "tokens=64", "static", "calls+text")
+
+
+def load_model() -> tuple[Any, Any]:
+    from voicepipe.bench.random_weights import random_llm
+
+    return random_llm("default")
+
+
+def engine_fields() -> dict[str, Any]:
+    """The measured engine's setup besides the scenario's: the CPU, int8 weights, the default pool."""
+    return {"device": "cpu", "precision": PRECISION}
+
+
+def named(scenarios: dict[str, Scenario]) -> dict[str, Scenario]:
+    return {name: s.with_(name=name) for name, s in scenarios.items()}
