@@ -217,7 +217,7 @@ class LLMStage(Stage):
     async def _judge(self, early: TranscriptEarly) -> None:
         """Under semantic turns: how long to wait for more speech, from how finished the words at the pause read."""
         pending = ({"role": "user", "content": unpunctuated(early.text)},)
-        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
+        prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens, pending)
         probability = await end_probability(self.engine, self.tokenizer, prompt, time.monotonic())
         if probability is not None:
             silence = self.config.turn_detection.silence_ms(probability, self.config.early_final_ms)
@@ -261,7 +261,7 @@ class LLMStage(Stage):
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
         if transcript_at is not None:
             turn.mark(Mark.FINAL_TRANSCRIPT, transcript_at)
-        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens,
+        prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens,
                                               instructions=asked.instructions)
         # Out of band, the reply shares no prefix with the conversation's session.
         session = None if asked.out_of_band else self.call_id
@@ -274,7 +274,7 @@ class LLMStage(Stage):
         turn = self._new_turn(early.item_id, early.paused_at + wait, self.config.spoken, speculative=True)
         self._speculated = early.text.strip()
         pending = ({"role": "user", "content": self._speculated},)
-        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
+        prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens, pending)
         self._begin(turn, prompt, RequestClass.INTERACTIVE, None)
 
     def _drop_speculation(self) -> None:

@@ -60,9 +60,10 @@ def build_app(server: "VoiceServer") -> FastAPI:
     @app.websocket("/v1/realtime")
     async def realtime_call(ws: WebSocket) -> None:
         beta = ws.headers.get("openai-beta", "").startswith("realtime=v1")
+        limits = server.limits
         await server.serve_call(ws, ws.scope["voicepipe.access"], "realtime",
-                                lambda line: RealtimeDialect(line, server.runtime, server.limits.max_message_bytes,
-                                                             beta=beta))
+                                lambda line: RealtimeDialect(line, server.runtime, limits.max_message_bytes, beta,
+                                                             limits.max_conversation_items))
 
     install_error_handlers(app)
     app.include_router(build_router(server.runtime, server.limits, server.metrics))
