@@ -12,7 +12,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.client import EngineUnavailable
 from voicepipe import __version__
+from voicepipe.server.body_limit import BodyLimit
 from voicepipe.server.chat_api import build_router, install_error_handlers
+from voicepipe.server.methods import Methods
 from voicepipe.server.realtime import RealtimeDialect
 from voicepipe.server.security import Access
 
@@ -66,9 +68,10 @@ def build_app(server: "VoiceServer") -> FastAPI:
                                                              limits.max_conversation_items))
 
     install_error_handlers(app)
-    app.include_router(build_router(server.runtime, server.limits, server.metrics))
+    router = build_router(server.runtime, server.limits, server.metrics)
+    app.include_router(router)
     app.mount("/", WebFiles(directory=server.web_dir, html=True), name="web")
-    return Guard(app, server)
+    return Guard(BodyLimit(Methods(app, [*app.routes, *router.routes]), server.limits.max_body_bytes), server)
 
 
 class WebFiles(StaticFiles):
