@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # a hint only: the command line loads this module (requests carry grammars) before torch
     import torch
 
+from scheduler.schema_limits import check_schema
+
 Kind = Literal["json_schema", "json_object", "regex", "choice", "structural_tag"]
 KINDS = ("json_schema", "json_object", "regex", "choice", "structural_tag")
 JSON_OBJECT = '{"type": "object"}'  # any object: OpenAI's json_object mode
@@ -35,6 +37,8 @@ class Grammar:
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any]) -> "Grammar":
+        """The grammar of a schema within `schema_limits` (SchemaTooComplex past them)."""
+        check_schema(schema)
         return cls("json_schema", json.dumps(bounded(schema)))
 
     @classmethod

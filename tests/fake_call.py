@@ -44,7 +44,7 @@ class Call:
         self.asr = FakeASR(QUESTION)
         self.engine = FakeEngine(self.tokenizer, {QUESTION: reply}, asr=self.asr, tts=FakeTTS())
         self.config = CallConfig(instructions="Be brief.", **config)
-        self.conversation = Conversation(self.config.instructions)
+        self.conversation = Conversation(self.config.instructions, self.tokenizer)
         self.client = Client()
         runtime = Runtime(self.engine, self.tokenizer, "fake", self.asr.sample_rate, FakeTTS.sample_rate)
         self.pipeline = build_pipeline(runtime, "call", self.config, self.conversation, self.client.send)

@@ -302,7 +302,7 @@ async def test_soak(server, runtime, question, baseline):
                 assert (await call.wait("response.done", start=mark))["response"]["status"] == "completed"
                 await streaming_silence(call, lambda: session.id in engine.pool.pins, timeout=30)
                 pinned.append(len(engine.pool.pins[session.id][0]))
-                conversation = len(session.conversation.prompt_ids(engine.tokenizer, session.config.max_prompt_tokens))
+                conversation = len(session.conversation.prompt_ids(session.config.max_prompt_tokens))
                 assert pinned[-1] <= engine.pool.pages_for(conversation), (pinned, conversation)
                 assert len(engine.pool.pins) <= 2
             assert not call.of("error")
@@ -359,7 +359,8 @@ async def test_a_cancel_in_the_same_instant_as_the_transcript(runtime, baseline)
         sent.extend(m for m in messages if isinstance(m, dict))
 
     config = CallConfig()
-    pipeline = build_pipeline(runtime, "sess_instant", config, Conversation(config.instructions), send)
+    conversation = Conversation(config.instructions, runtime.tokenizer)
+    pipeline = build_pipeline(runtime, "sess_instant", config, conversation, send)
     pipeline.start()
     try:
         now = time.monotonic()

@@ -17,3 +17,9 @@ class Limits:
     # answered 429. Calls are never refused for text traffic.
     text_max_tokens: int = 512
     max_text_requests: int = 32
+    # What one call's conversation may hold between replies (a prompt takes only what fits its context):
+    # past either bound the oldest items are dropped, as the prompt would drop them (docs/robustness.md).
+    max_conversation_items: int = 1024
+    max_conversation_bytes: int = 1 << 20
+    # An HTTP request body past this is refused (413) before it is parsed.
+    max_body_bytes: int = 4 << 20

@@ -68,7 +68,8 @@ class Session:
         self.id = new_id("sess")
         self.config = copy.deepcopy(config) if config is not None else CallConfig()  # this call's own settings
         self.config.max_utterance_s = limits.max_utterance_s
-        self.conversation = Conversation(self.config.instructions)
+        self.conversation = Conversation(self.config.instructions, runtime.tokenizer, limits.max_conversation_items,
+                                         limits.max_conversation_bytes)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send)
         self._send_lock = asyncio.Lock()
         self._responses: set[str] = set()  # response.created sent, response.done not yet
@@ -108,6 +109,7 @@ class Session:
             except Disconnected:
                 return
             await self._handle(message)
+            await asyncio.sleep(0)  # a transport with a burst buffered returns at once: let the rest of the loop run
 
     async def send(self, *messages: dict | bytes) -> None:
         """Send JSON events and binary frames together (an audio.delta stays next to its frame); a client

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.grammar import Grammar, bounded
+from scheduler.schema_limits import SchemaTooComplex
 from voicepipe.ids import new_id
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+MAX_TOOLS = 128  # as OpenAI allows
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,8 @@ def parse_tools(raw: Any, where: str = "tools", nested: bool = True) -> list[Too
     shape (`{"type": "function", "function": {...}}`); else the Realtime API's flat one."""
     if not isinstance(raw, list):
         raise ValueError(f"{where}: expected a list of tools")
+    if len(raw) > MAX_TOOLS:
+        raise SchemaTooComplex(f"{where}: at most {MAX_TOOLS} tools are allowed, not {len(raw)}")
     tools = []
     for n, entry in enumerate(raw):
         at = f"{where}[{n}]"
@@ -57,8 +61,8 @@ def parse_tools(raw: Any, where: str = "tools", nested: bool = True) -> list[Too
             raise ValueError(f"{at}.parameters: expected a JSON schema object")
         try:
             Grammar.json_schema(parameters).check()
-        except ValueError as e:
-            raise ValueError(f"{at}.parameters: {e}") from None
+        except ValueError as e:  # its kind (a schema too complex, or not a schema) goes with the field's name
+            raise type(e)(f"{at}.parameters: {e}") from None
         tools.append(Tool(spec["name"], str(spec.get("description") or ""), parameters))
     if len({t.name for t in tools}) != len(tools):
         raise ValueError(f"{where}: function names must be unique")

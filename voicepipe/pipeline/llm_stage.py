@@ -241,7 +241,7 @@ class LLMStage(Stage):
     def _judged(self, early: TranscriptEarly) -> list[int]:
         """The conversation with the words at the pause, unpunctuated, as the judge reads them."""
         pending = ({"role": "user", "content": unpunctuated(early.text)},)
-        return self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
+        return self.conversation.prompt_ids(self.config.max_prompt_tokens, pending)
 
     def _verdict(self, early: TranscriptEarly, probability: float | None) -> None:
         if probability is not None:
@@ -288,7 +288,7 @@ class LLMStage(Stage):
             turn.mark(Mark.TRANSCRIPT, final.speech_end + final.ready_s)
             if final.confirmed_at is not None:
                 turn.mark(Mark.END_CONFIRMED, final.confirmed_at)
-        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens,
+        prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens,
                                               instructions=asked.instructions)
         # Out of band, the reply shares no prefix with the conversation's session.
         session = None if asked.out_of_band else self.call_id
@@ -303,7 +303,7 @@ class LLMStage(Stage):
         turn.mark(Mark.TRANSCRIPT)
         self._speculated = early.text.strip()
         pending = ({"role": "user", "content": self._speculated},)
-        prompt = self.conversation.prompt_ids(self.tokenizer, self.config.max_prompt_tokens, pending)
+        prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens, pending)
         position = None
         if self.config.turn_detection.semantic:
             position = probe_position(prompt, judged_prompt(self.tokenizer, self._judged(early)))

@@ -107,4 +107,6 @@ class Pipeline:
                 log.exception("%s failed on %s", type(stage).__name__, type(event).__name__)
                 self.queues[-1].put_nowait(Error("internal_error", "the server hit an internal error",
                                                  "server_error"))
+            if not queue.empty():  # a burst (a client's thousand messages): the loop's other work goes between
+                await asyncio.sleep(0)
 

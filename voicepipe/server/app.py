@@ -11,8 +11,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.client import EngineUnavailable
 from voicepipe import __version__
+from voicepipe.server.body_limit import BodyLimit
 from voicepipe.server.chat_api import build_router, install_error_handlers
 from voicepipe.server.host import CallHost
+from voicepipe.server.methods import Methods
 from voicepipe.server.realtime import RealtimeDialect
 from voicepipe.server.security import Access
 
@@ -57,14 +59,16 @@ def build_app(server: CallHost) -> FastAPI:
     @app.websocket("/v1/realtime")
     async def realtime_call(ws: WebSocket) -> None:
         beta = ws.headers.get("openai-beta", "").startswith("realtime=v1")
+        limits = server.limits
         await server.serve_call(ws, ws.scope["voicepipe.access"], "realtime",
-                                lambda line: RealtimeDialect(line, server.runtime, server.limits.max_message_bytes,
-                                                             beta=beta))
+                                lambda line: RealtimeDialect(line, server.runtime, limits.max_message_bytes, beta,
+                                                             limits.max_conversation_items))
 
     install_error_handlers(app)
-    app.include_router(build_router(server.runtime, server.limits, server.metrics))
+    router = build_router(server.runtime, server.limits, server.metrics)
+    app.include_router(router)
     app.mount("/", WebFiles(directory=server.web_dir, html=True), name="web")
-    return Guard(app, server)
+    return Guard(BodyLimit(Methods(app, [*app.routes, *router.routes]), server.limits.max_body_bytes), server)
 
 
 class WebFiles(StaticFiles):

@@ -10,18 +10,22 @@ import weakref
 from typing import Any, Literal
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler import RequestClass, SamplingParams
 from scheduler.grammar import Grammar
+from scheduler.schema_limits import SchemaTooComplex
 from voicepipe import tools
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.ids import new_id
 from voicepipe.limits import Limits
 from voicepipe.runtime import Runtime
 from voicepipe.server.completion import Completion
+from voicepipe.server.methods import FALLBACK
 from voicepipe.server.metrics import CallMetrics
 
 MAX_STOP = 4  # as OpenAI allows
@@ -59,23 +63,24 @@ class Message(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    include_usage: bool | None = None
 
 
 class ChatRequest(BaseModel):
-    """The fields of OpenAI's chat completion request that this engine honours; others are ignored."""
+    """The fields of OpenAI's chat completion request that this engine honours; others are ignored. A field
+    OpenAI's schema lets a client send as null reads null as its default."""
 
     model_config = ConfigDict(extra="ignore")
     model: str = ""
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float | None = Field(None, ge=0, le=2)  # null: 1
+    top_p: float | None = Field(None, gt=0, le=1)  # null: 1
     stop: str | list[str] | None = None
     seed: int | None = None
-    n: int = Field(1, ge=1, le=1)
-    stream: bool = False
+    n: int | None = Field(None, ge=1, le=1)
+    stream: bool | None = None
     stream_options: StreamOptions | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
@@ -111,8 +116,9 @@ class ChatRequest(BaseModel):
         if len(stop) > MAX_STOP or not all(stop):
             raise ValueError(f"stop takes at most {MAX_STOP} non-empty strings")
         wanted = self.max_completion_tokens or self.max_tokens or default_max_tokens
-        return SamplingParams(max_tokens=min(wanted, limit, default_max_tokens), temperature=self.temperature,
-                              top_p=self.top_p, stop=tuple(stop), seed=self.seed)
+        return SamplingParams(max_tokens=min(wanted, limit, default_max_tokens),
+                              temperature=1.0 if self.temperature is None else self.temperature,
+                              top_p=1.0 if self.top_p is None else self.top_p, stop=tuple(stop), seed=self.seed)
 
 
 def response_grammar(fmt: dict[str, Any] | None) -> Grammar | None:
@@ -127,11 +133,11 @@ def response_grammar(fmt: dict[str, Any] | None) -> Grammar | None:
     spec = fmt.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
         raise ValueError("response_format.json_schema.schema: expected a JSON schema object")
-    grammar = Grammar.json_schema(spec.get("schema") or {"type": "object"})
     try:
+        grammar = Grammar.json_schema(spec.get("schema") or {"type": "object"})
         grammar.check()
-    except ValueError as e:
-        raise ValueError(f"response_format.json_schema.schema: {e}") from None
+    except ValueError as e:  # its kind (a schema too complex, or not a schema) goes with the field's name
+        raise type(e)(f"response_format.json_schema.schema: {e}") from None
     return grammar
 
 
@@ -174,10 +180,13 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
         try:
             found, choice, params.grammar = body.structure()
         except ValueError as e:
-            return counted(openai_error(400, str(e), "invalid_value", str(e).split(":")[0]))
+            code = "schema_too_complex" if isinstance(e, SchemaTooComplex) else "invalid_value"
+            return counted(openai_error(400, str(e), code, str(e).split(":")[0]))
         messages = tools.with_instructions([m.as_chat() for m in body.messages],
                                            tools.instructions(found, choice) if choice else "")
-        prompt = chat_prompt_ids(runtime.tokenizer, messages)
+        # Off the event loop: a body's worth of text takes a while to render and tokenize (about a second
+        # a megabyte here), and the tokenizer lets the loop run meanwhile.
+        prompt = await asyncio.to_thread(chat_prompt_ids, runtime.tokenizer, messages)
         if len(prompt) >= limit:
             return counted(openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at most "
                                         f"{limit}", "context_length_exceeded", "messages"))
@@ -194,7 +203,7 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
         stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
         metrics.api_requests.labels("chat.completions", "200").inc()
         if body.stream:
-            usage = body.stream_options is not None and body.stream_options.include_usage
+            usage = body.stream_options is not None and bool(body.stream_options.include_usage)
             events = completion.sse(stream, usage, lambda: in_flight.discard(events))
             in_flight.add(events)
             return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -212,7 +221,8 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
         metrics.api_requests.labels("chat.completions", str(response.status_code)).inc()
         return response
 
-    @router.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    @router.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+                      include_in_schema=False, name=FALLBACK)
     async def unknown(path: str) -> JSONResponse:
         """What OpenAI answers for a path it does not have, which its SDKs show as a NotFoundError."""
         return openai_error(404, f"this server has no /v1/{path}", "unknown_url")
@@ -247,10 +257,29 @@ async def disconnected(request: Request) -> None:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Bad requests answer in OpenAI's error shape, which its SDKs read, instead of FastAPI's."""
+    """Bad requests answer in OpenAI's error shape, which its SDKs read, instead of FastAPI's: a field that
+    fails validation, and under /v1 every HTTP error (a body too large, too deep or not JSON, a wrong
+    method)."""
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ())[1:])
         return openai_error(400, f"{where or 'body'}: {first.get('msg', 'invalid request')}", "invalid_value",
                             where or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if not request.url.path.startswith("/v1/"):
+            return await http_exception_handler(request, exc)
+        if isinstance(exc.__cause__, RecursionError):
+            message, code = "the body nests deeper than the JSON parser goes (about 1000 levels)", "invalid_json"
+        elif exc.status_code == 400:
+            message, code = "the body could not be parsed as JSON", "invalid_json"
+        else:
+            message, code = str(exc.detail), HTTP_CODES.get(exc.status_code, "invalid_request")
+        response = openai_error(exc.status_code, message, code)
+        response.headers.update(exc.headers or {})
+        return response
+
+
+HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed", 413: "request_too_large"}

@@ -2,7 +2,9 @@
 
 import weakref
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class CallMetrics:
@@ -13,6 +15,9 @@ class CallMetrics:
                                     registry=registry)
         self.engine_failures = Counter("voicepipe_engine_failures", "Times the engine process died and was "
                                        "restarted", registry=registry)
+        self.loop_lag = Histogram("voicepipe_event_loop_lag_seconds", "How late the server's event loop ran a "
+                                  "callback past its due time (sampled every 100 ms)", buckets=LAG_BUCKETS,
+                                  registry=registry)
 
 
 _made: "weakref.WeakKeyDictionary[CollectorRegistry, CallMetrics]" = weakref.WeakKeyDictionary()

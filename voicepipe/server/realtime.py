@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 import logging
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -38,15 +39,17 @@ BETA_NAMES = {"response.output_audio.delta": "response.audio.delta",
 class RealtimeDialect:
     """A Transport speaking the Realtime API to `line` and the native protocol to the session."""
 
-    def __init__(self, line: Transport, runtime: Runtime, max_message_bytes: int, beta: bool = False) -> None:
-        self.line, self.beta, self.max_message_bytes = line, beta, max_message_bytes
+    def __init__(self, line: Transport, runtime: Runtime, max_message_bytes: int, beta: bool = False,
+                 max_items: int = 1024) -> None:
+        self.line, self.beta, self.max_message_bytes, self.max_items = line, beta, max_message_bytes, max_items
         self.model = runtime.model_id
         self.tts_rate = runtime.tts_rate
         self._mic = soxr.ResampleStream(RATE, SAMPLE_RATE, 1, dtype="int16")
         self._speaker: soxr.ResampleStream | None = None
         self._audio_header: dict | None = None  # the native delta whose binary frame comes next
         self._responses: dict[str, dict] = {}  # response id -> its assistant item, transcript so far
-        self._items: list[str] = []  # the conversation's item ids in order: a new one follows the last
+        # The conversation's item ids in order (a new one follows the last), as many as a conversation holds.
+        self._items: OrderedDict[str, None] = OrderedDict()
 
     # -- client -> session -----------------------------------------------------------------------------------
     async def recv(self) -> str | bytes | dict:
@@ -131,8 +134,8 @@ class RealtimeDialect:
             previous = self._follows(item["id"])
             return [{**event, "previous_item_id": previous},
                     {"type": "conversation.item.added", "previous_item_id": previous, "item": item}]
-        if kind == ServerEvent.ITEM_DELETED and event["item_id"] in self._items:
-            self._items.remove(event["item_id"])
+        if kind == ServerEvent.ITEM_DELETED:
+            self._items.pop(event["item_id"], None)
         if "response_id" in event and kind in (ServerEvent.ITEM_ADDED, ServerEvent.ITEM_DONE,
                                                ServerEvent.CALL_ARGUMENTS_DELTA, ServerEvent.CALL_ARGUMENTS_DONE):
             return self._call(event)
@@ -240,8 +243,11 @@ class RealtimeDialect:
     def _follows(self, item_id: str) -> str | None:
         """The item `item_id` joins the conversation after (None for the first): what lets a client mirror
         the conversation in order."""
-        previous = self._items[-1] if self._items else None
-        self._items.append(item_id)
+        self._items.pop(item_id, None)  # one added again moves to the end, as in the conversation
+        previous = next(reversed(self._items), None)
+        self._items[item_id] = None
+        if len(self._items) > self.max_items:
+            self._items.popitem(last=False)
         return previous
 
     def _audio_done(self, response_id: str) -> list[dict]:

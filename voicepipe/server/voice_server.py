@@ -14,9 +14,11 @@ from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig
 from voicepipe.runtime import Runtime
 from voicepipe.server.app import build_app
+from voicepipe.server.heap import freeze_heap, thaw_heap
 from voicepipe.server.host import Dialect
 from voicepipe.server.http_protocol import DeadlineH11Protocol
 from voicepipe.server.listen import bind_socket, is_loopback
+from voicepipe.server.loop_lag import LoopLag
 from voicepipe.server.metrics import call_metrics
 from voicepipe.server.security import Access, Security
 from voicepipe.server.websocket import WebSocketLine
@@ -59,6 +61,7 @@ class VoiceServer:
         self.calls: set[Session] = set()
         self.draining = False
         self.metrics = call_metrics(runtime.registry)
+        self.loop_lag = LoopLag(self.metrics.loop_lag)
         self._notices: set[asyncio.Future] = set()
         runtime.engine.watch(self._engine_changed)
         self.app = build_app(self)
@@ -83,6 +86,8 @@ class VoiceServer:
         self.uvicorn.lifespan = config.lifespan_class(config)
         self.sockets = [sock]
         await self.uvicorn.startup(sockets=[sock])
+        freeze_heap()
+        self.loop_lag.start()
 
     @property
     def port(self) -> int:
@@ -100,12 +105,14 @@ class VoiceServer:
 
     async def close(self) -> None:
         """Close every call, then stop listening."""
+        self.loop_lag.stop()
         await asyncio.gather(*(call.transport.close(1001, "server shutting down") for call in list(self.calls)),
                              return_exceptions=True)
         if self.uvicorn is not None:
             self.uvicorn.should_exit = True
             await self.uvicorn.shutdown()
             self.uvicorn = None
+            thaw_heap()
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new calls; give replies in progress up to `grace_s` to finish."""
