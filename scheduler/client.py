@@ -20,6 +20,7 @@ from scheduler import driver
 from scheduler import messages as m
 from scheduler.config import EngineConfig, check_knobs
 from scheduler.engine import Engine
+from scheduler.grammar import Grammar, GrammarRefused
 from scheduler.request import Output, RequestClass, SamplingParams, check_request
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,22 @@ class EngineClient:
         try:
             self._send(m.Query(query_id, name))
             return await future
+        finally:
+            self._answers.pop(query_id, None)
+
+    async def prepare_grammar(self, grammar: Grammar) -> None:
+        """Return once the engine has `grammar` compiled (cached: the requests that use it start at once);
+        GrammarRefused if it is past the compile budget or does not compile. The engine goes on meanwhile."""
+        self._ready_loop()
+        query_id = next(_ids)
+        future = self._answers[query_id] = self._loop.create_future()
+        try:
+            self._send(m.Prepare(query_id, grammar))
+            await future
+        except EngineUnavailable:
+            raise
+        except RuntimeError as e:  # the answer's error: why the engine would not compile it
+            raise GrammarRefused(str(e)) from None
         finally:
             self._answers.pop(query_id, None)
 
