@@ -63,6 +63,13 @@ class EngineConfig:
     aging_s: float = 5.0
     # Output length predicted for admission before enough requests have finished to take a p95.
     default_output_guess: int = 64
+    # Grammars (constrained decoding) compile in a worker process: one that takes longer than this, or
+    # grows the worker by more than this many bytes, is abandoned and its request refused
+    # (grammar_too_complex); compiled ones are kept by their text, this many and this many bytes at most.
+    grammar_budget_s: float = 2.0
+    grammar_memory_bytes: int = 1 << 30
+    grammar_cache_entries: int = 256
+    grammar_cache_bytes: int = 256 << 20
     # Weights of the model's linear layers: "fp32", "bf16" or "fp16" (the GPU's), or "int8" (CPU only: a
     # quarter of the bytes each step reads, one scale per output channel, activations kept near float32;
     # scheduler.quantize says what it costs); None: the device's default (int8 on a CPU, bf16 on CUDA).

@@ -46,6 +46,8 @@ def apply(engine: Engine, command: m.Command, send: Send) -> None:
                                        command.deadline, command.job_id))
         case m.CancelJob():
             engine.cancel_job(command.job_id)
+        case m.Prepare():
+            engine.prepare_grammar(command.query_id, command.grammar)
         case m.Query():
             try:
                 send(m.Answer(command.query_id, VIEWS[command.view](engine)))
@@ -72,10 +74,12 @@ def flush(engine: Engine, send: Send) -> None:
     outputs, results = engine.take_outputs()
     if outputs or results:
         send(m.StepOutputs(outputs, [m.JobDone(r.job_id, r.value, r.error, r.seconds) for r in results]))
+    for query_id, error in engine.take_answers():
+        send(m.Answer(query_id, None, error))
 
 
 def has_work(engine: Engine) -> bool:
-    return bool(engine.jobs) or not engine.planner.idle
+    return bool(engine.jobs) or not engine.planner.idle or engine.constraints.pending
 
 
 def run(engine: Engine, receive: Callable[[bool], Iterable[m.Command]], send: Send) -> None:
@@ -84,6 +88,7 @@ def run(engine: Engine, receive: Callable[[bool], Iterable[m.Command]], send: Se
     while True:
         for command in receive(not has_work(engine)):
             if isinstance(command, m.Shutdown):
+                engine.close()
                 return
             apply(engine, command, send)
         step(engine, send)  # its outputs carry those of the commands too (an abort's finish)

@@ -13,13 +13,14 @@ leaves its outputs (tokens and job results) in `outputs` for whoever drives it t
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
 from scheduler.config import EngineConfig, check_knobs
 from scheduler.detokenizer import Detokenizer
-from scheduler.grammar import Constraints
+from scheduler.grammar import Constraints, Grammar
+from scheduler.grammar_cache import GrammarCache
 from scheduler.jobs import Job, JobHandler, JobQueue, JobResult
 from scheduler.kv_pool import SlabPool
 from scheduler.metrics import Metrics, StepRecord
@@ -29,6 +30,7 @@ from scheduler.runner import ModelRunner
 from scheduler.sampler import probability_of, probe_rows, sample_rows
 
 log = logging.getLogger(__name__)
+GRAMMAR_WAIT_S = 0.01  # with only compiles in flight, how long a step waits for one before the next commands
 
 
 class Runner(Protocol):
@@ -65,7 +67,14 @@ class Engine:
         positions = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 1 << 30
         self.max_context = min(positions, self.pool.num_pages * self.pool.page_tokens // 2)
         vocab = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
-        self.constraints = Constraints(tokenizer, vocab, self.eos_ids)
+        cfg = self.config
+        self.constraints = Constraints(tokenizer, vocab, self.eos_ids, cfg.grammar_budget_s, cfg.grammar_memory_bytes,
+                                       GrammarCache(cfg.grammar_cache_entries, cfg.grammar_cache_bytes))
+        # Requests whose grammar is being compiled (no pages, no slot: not the planner's yet), and the
+        # clients' questions whether a grammar compiles (`prepare_grammar`), by query id.
+        self.awaiting_grammar: dict[str, Sequence] = {}
+        self.preparing: dict[int, Grammar] = {}
+        self.answers: list[tuple[int, str | None]] = []  # (query id, error) of preparations since last taken
         self.handlers: dict[str, JobHandler] = dict(jobs or {})
         self.jobs = JobQueue()
         self.outputs: list[tuple[str, Output]] = []  # (request id, output) since the driver last took them
@@ -74,7 +83,13 @@ class Engine:
 
     # -- the step ----------------------------------------------------------------------------------------
     def step(self) -> bool:
-        """Run the most urgent unit of device work: a job or a model step. False when there was none."""
+        """Run the most urgent unit of device work: a job or a model step. False when there was none. Grammars
+        that finished compiling are taken first; with nothing else to do, it waits a moment for one."""
+        if self.constraints.pending:
+            idle = self.planner.idle and not self.jobs
+            self._grammars_compiled(GRAMMAR_WAIT_S if idle else 0.0)
+            if self.planner.idle and not self.jobs:
+                return True
         now = self.clock()
         # A job goes first when the model has nothing to do, or nothing more urgent; it wins a tie, since it
         # unblocks audio.
@@ -199,31 +214,82 @@ class Engine:
         self.constraints.drop(seq.request_id)
         self.outputs.append((seq.request_id, Output(None, "", True, seq.finish_reason)))
 
+    # -- grammars ----------------------------------------------------------------------------------------
+    def _grammars_compiled(self, wait_s: float) -> None:
+        """Admit the requests whose grammar compiled, fail those whose did not, answer the preparations."""
+        for key, compiled, error in self.constraints.finished(wait_s):
+            self.metrics.grammar_compiles.labels(error.partition(":")[0] if error else "compiled").inc()
+            for seq in [s for s in self.awaiting_grammar.values() if s.params.grammar.key == key]:
+                del self.awaiting_grammar[seq.request_id]
+                if compiled is None:
+                    seq.status, seq.finish_reason = Status.FINISHED, f"error: {error}"
+                    self._ended(seq)
+                else:
+                    self._admit(seq, compiled)
+            for query_id in [q for q, grammar in self.preparing.items() if grammar.key == key]:
+                del self.preparing[query_id]
+                self.answers.append((query_id, error))
+
+    def _admit(self, seq: Sequence, compiled: Any = None) -> None:
+        if compiled is not None:
+            self.constraints.add(seq.request_id, compiled)
+        self.planner.add(seq)
+
     # -- commands (from the driver, between steps) -------------------------------------------------------
     def add_request(self, seq: Sequence) -> Sequence:
         """Queue a request; its outputs appear in `outputs` under its id."""
         check_request(seq.prompt_ids, seq.params)
-        if seq.params.grammar is not None:
-            self.constraints.add(seq.request_id, seq.params.grammar)
         seq.detokenizer = Detokenizer(self.tokenizer, seq.params.stop)
-        self.planner.add(seq)
+        grammar = seq.params.grammar
+        compiled = self.constraints.compiled(grammar) if grammar is not None else None
+        refused = self.constraints.refusal(grammar) if grammar is not None and compiled is None else None
+        if refused is not None:
+            seq.status, seq.finish_reason = Status.FINISHED, f"error: {refused}"
+            self._ended(seq)
+        elif grammar is not None and compiled is None:
+            self.constraints.compile(grammar)
+            self.awaiting_grammar[seq.request_id] = seq
+        else:
+            self._admit(seq, compiled)
         return seq
+
+    def prepare_grammar(self, query_id: int, grammar: Grammar) -> None:
+        """Compile `grammar` ahead of the requests that will use it; `answers` gets (query_id, None) once it
+        is ready, or (query_id, "code: why") if it cannot be."""
+        if self.constraints.compiled(grammar) is not None or self.constraints.refusal(grammar) is not None:
+            self.answers.append((query_id, self.constraints.refusal(grammar)))
+            return
+        try:
+            grammar.check()
+            self.constraints.compile(grammar)
+        except ValueError as e:
+            self.answers.append((query_id, f"invalid_grammar: {e}"))
+            return
+        self.preparing[query_id] = grammar
+
+    def take_answers(self) -> list[tuple[int, str | None]]:
+        answers, self.answers = self.answers, []
+        return answers
 
     def abort(self, request_id: str) -> None:
         seq = self.planner.by_id.get(request_id)
         if seq is not None:
             self.planner.abort(seq)
             self._ended(seq)
+        elif (seq := self.awaiting_grammar.pop(request_id, None)) is not None:  # its compile goes on: cached
+            seq.status, seq.finish_reason = Status.FINISHED, "abort"
+            self._ended(seq)
 
     def set_deadline(self, request_id: str, deadline: float | None) -> None:
         """Move a request's deadline, e.g. to when its caller's buffered audio will run out."""
-        if request_id in self.planner.by_id:
-            self.planner.by_id[request_id].deadline = deadline
+        seq = self.planner.by_id.get(request_id) or self.awaiting_grammar.get(request_id)
+        if seq is not None:
+            seq.deadline = deadline
 
     def promote(self, request_id: str, cls: RequestClass, deadline: float | None, session: str | None) -> None:
         """Raise a request's class, e.g. a speculative reply whose turn was confirmed; `session` pins its
         conversation prefix when it ends, as if it had been submitted that way."""
-        seq = self.planner.by_id.get(request_id)
+        seq = self.planner.by_id.get(request_id) or self.awaiting_grammar.get(request_id)
         if seq is not None:
             seq.cls, seq.deadline, seq.session = cls, deadline, session
 
@@ -260,6 +326,10 @@ class Engine:
     def requests(self) -> dict[str, Sequence]:
         """The unfinished requests by id (the planner's)."""
         return self.planner.by_id
+
+    def close(self) -> None:
+        """Stop what the engine runs beside it (the grammar worker)."""
+        self.constraints.close()
 
     def check_pool(self) -> None:
         self.pool.check([s.pages for s in self.planner.sequences])

@@ -136,7 +136,7 @@ class ProcessEngine(EngineClient):
         if self._stopping:
             return
         log.error("the engine process stopped (exit code %s); failing its requests and restarting it", code)
-        self._lost(f"the engine process stopped (exit code {code})")
+        self._lost(f"the engine process stopped (exit code {code})", restarting=True)
         self._restarting = self._loop.create_task(self._restart())
 
     async def _restart(self) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from scheduler.grammar import Grammar
 from scheduler.request import Output, SamplingParams
 
 
@@ -72,6 +73,14 @@ class CancelJob(Command):
     job_id: str
 
 
+class Prepare(Command):
+    """Compile a grammar ahead of the requests that will use it; answered (an `Answer` whose error says
+    why not, if it cannot be) once it is compiled."""
+
+    query_id: int
+    grammar: Grammar
+
+
 class Query(Command):
     """Ask for one of `scheduler.views.VIEWS`; the answer comes back as an `Answer`."""
 
@@ -120,7 +129,7 @@ class StartFailed(Event):
 
 
 COMMANDS = Add | Abort | SetDeadline | Promote | OpenSession | Expect | ReleaseSession | SetKnobs | SubmitJob \
-    | CancelJob | Query | Shutdown
+    | CancelJob | Prepare | Query | Shutdown
 EVENTS = Ready | JobDone | StepOutputs | Answer | StartFailed
 _NDARRAY = 1
 

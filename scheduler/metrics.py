@@ -64,6 +64,9 @@ class Metrics:
         self.mask_seconds = Histogram("voicepipe_grammar_mask_seconds",
                                       "Filling and applying the grammar masks of one step's constrained rows",
                                       buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1), registry=r)
+        self.grammar_compiles = Counter("voicepipe_grammar_compiles", "Grammar compiles that ended, by outcome "
+                                        "(compiled, grammar_too_complex: past the budget, invalid_grammar)",
+                                        ["outcome"], registry=r)
         self.recent_steps: deque[dict] = deque(maxlen=200)
         self.steps_run = 0
         self._token_times: deque[tuple[float, int]] = deque(maxlen=2000)

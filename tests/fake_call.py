@@ -73,7 +73,8 @@ class Call:
         await self.pipeline.stop()
 
 
-async def http_post(server, body: dict, path: str = "/v1/chat/completions") -> tuple[int, dict, bytes]:
+async def http_post(server, body: dict, path: str = "/v1/chat/completions",
+                    timeout: float = 10.0) -> tuple[int, dict, bytes]:
     """A raw HTTP POST of `body` as JSON to a loopback server: (status, headers, body), a chunked body
     joined (a stream's server-sent events)."""
     import json
@@ -82,7 +83,7 @@ async def http_post(server, body: dict, path: str = "/v1/chat/completions") -> t
     data = json.dumps(body)
     writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n{data}".encode())
-    raw = await asyncio.wait_for(reader.read(), 10)
+    raw = await asyncio.wait_for(reader.read(), timeout)
     writer.close()
     head, _, payload = raw.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")

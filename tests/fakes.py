@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from scheduler import EngineConfig, RequestClass, SamplingParams
+from scheduler.grammar import Grammar, GrammarRefused
 from scheduler.request import Output
 from voicepipe.loading import device_jobs
 
@@ -86,6 +87,7 @@ class FakeEngine:
         self.requests: list[Request] = []
         self.jobs: list[tuple[str, RequestClass]] = []
         self.promoted: list[tuple[str, RequestClass]] = []
+        self.prepared: list = []  # grammars compiled ahead (as the engine's worker would), in order
         self.sessions: set[str] = set()  # the calls open
         self.expected: list[tuple[str, float | None]] = []  # the hints that a caller may be finishing, in order
         self.gate = asyncio.Event()
@@ -129,6 +131,20 @@ class FakeEngine:
 
     def watch(self, callback: Callable[[bool], None]) -> None:
         pass
+
+    async def prepare_grammar(self, grammar: Grammar) -> None:
+        """As the engine's compile worker says: GrammarRefused for a schema or call format xgrammar cannot
+        read (parsed here, not compiled: there is no vocabulary to compile against)."""
+        import xgrammar as xgr
+
+        self.prepared.append(grammar)
+        try:
+            if grammar.kind == "json_schema":
+                xgr.Grammar.from_json_schema(grammar.source, any_whitespace=False, strict_mode=True)
+            elif grammar.kind == "structural_tag":
+                xgr.Grammar.from_structural_tag(grammar.source)
+        except Exception as e:
+            raise GrammarRefused(f"invalid_grammar: {str(e).splitlines()[0]}") from None
 
     def set_deadline(self, request_id: str, deadline: float) -> None:
         if any(r.request_id == request_id for r in self.requests):

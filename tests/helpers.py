@@ -110,7 +110,7 @@ async def settled(engine, timeout: float = 60.0) -> dict:
     end = time.monotonic() + timeout
     while True:
         held = await engine.holdings()
-        if held["idle"] and not held["jobs"] and not held["requests"]:
+        if held["idle"] and not held["jobs"] and not held["requests"] and not held["compiling"]:
             return held
         assert time.monotonic() < end, f"the engine did not go idle: {held}"
         await asyncio.sleep(0.05)

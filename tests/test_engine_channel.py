@@ -216,3 +216,68 @@ async def test_stopping_leaves_no_engine_process_behind():
     assert not engine.alive and engine.process.exitcode == 0
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def until_alive(engine, timeout_s: float = 120.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not engine.alive:
+        assert time.monotonic() < end, "the engine did not come back"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.slow
+@module_loop
+async def test_realtime_work_lost_to_a_killed_engine_goes_on_once_it_is_back(process_engine):
+    """A call's reply goes on from the tokens it had (the same greedy tokens, none twice), its device job
+    submitted while the engine is down runs once it is back, and so does work with a deadline (a
+    speculative reply's); a text request fails at once, as before."""
+    await until_alive(process_engine)
+    whole = core_tokens([PROMPTS[2]])[0]
+    reply = process_engine.generate(PROMPTS[2], greedy(12), cls=RequestClass.REALTIME)
+    text = process_engine.generate(PROMPTS[1], greedy(10_000))
+    tokens = [out.token_id async for out in _until_tokens(reply, 4)]
+    await anext(text)
+    os.kill(process_engine.pid, signal.SIGKILL)
+    while process_engine.alive:
+        await asyncio.sleep(0.01)
+    last = [out async for out in text][-1]
+    assert last.finish_reason.startswith("error: the engine process stopped")  # not held: its client retries
+    job = asyncio.create_task(process_engine.run_job("echo", "still here", cls=RequestClass.REALTIME))
+    timed = asyncio.create_task(process_engine.run_job("echo", "timed", deadline=time.monotonic() + 1))
+    with pytest.raises(EngineUnavailable):
+        await process_engine.run_job("echo", "optional", cls=RequestClass.INTERACTIVE)
+    async for out in reply:
+        if out.token_id is not None:
+            tokens.append(out.token_id)
+        assert not (out.finish_reason or "").startswith("error"), out
+    assert process_engine.alive and tokens == whole  # continued where it was, on the new engine
+    assert await asyncio.wait_for(job, 30) == ["still here"] and await timed == ["timed"]
+    assert (await settled(process_engine))["requests"] == 0
+
+
+@pytest.mark.slow
+@module_loop
+async def test_realtime_work_fails_after_all_when_the_engine_is_not_back_in_time(process_engine):
+    await until_alive(process_engine)
+    process_engine.redo_within_s = 0.05
+    try:
+        reply = process_engine.generate(PROMPTS[0], greedy(10_000), cls=RequestClass.REALTIME)
+        await anext(reply)
+        os.kill(process_engine.pid, signal.SIGKILL)
+        last = [out async for out in reply][-1]
+        assert last.finish_reason.startswith("error: the engine process stopped") and "not back within" in \
+            last.finish_reason
+    finally:
+        process_engine.redo_within_s = 60.0
+    await until_alive(process_engine)
+
+
+async def _until_tokens(stream, n: int):
+    """The first `n` tokens' outputs of a stream, leaving it open."""
+    seen = 0
+    async for out in stream:
+        if out.token_id is not None:
+            yield out
+            seen += 1
+            if seen == n:
+                return

@@ -1,6 +1,7 @@
-"""`voicepipe serve` when its engine process is killed (kill -9) during a call: the call hears an error at
-once, the text API answers 503 and `/ready` says so, the engine comes back with its models, and a new call
-is answered, all without restarting the server. A real server process with the embedded models."""
+"""`voicepipe serve` when its engine process is killed (kill -9) during a call: the call hears at once that
+the engine is restarting, the text API answers 503 and `/ready` says so, the engine comes back with its
+models, the interrupted turn is answered then, and a new call is too, all without restarting the server.
+A real server process with the embedded models."""
 
 import asyncio
 import json
@@ -51,6 +52,16 @@ async def test_a_killed_engine_fails_the_call_and_comes_back_without_a_server_re
         assert json.loads(body)["status"] == "engine_restarting"
         status, body = await post_chat(port)
         assert status == 503 and json.loads(body)["error"]["code"] == "engine_unavailable"
+
+        # The turn the kill interrupted is answered once the engine is back: its reply goes on, its speech
+        # comes; had the engine not come back within the client's bound, the call would hear so instead.
+        created = call.of("response.created")[-1]["response"]["id"]
+        done = await call.wait("response.done", timeout=START_S, response=created)
+        told = [e for e in call.of("error") if "not back within" in e["error"]["message"]]
+        assert (done["response"]["status"] == "completed" and not told) or told, (done, told)
+        if not told:
+            heard = [frame for event, frame in call.frames if event.get("response_id") == created]
+            assert heard, "the interrupted reply was not spoken after the restart"
         speaking.cancel()
         await asyncio.gather(speaking, return_exceptions=True)
         await call.close()

@@ -79,15 +79,22 @@ def test_an_unconstrained_request_beside_a_constrained_one_gets_its_own_greedy_t
     assert engine.metrics.mask_seconds.collect()[0].samples  # the masks were timed
 
 
-@pytest.mark.parametrize("grammar", [
-    Grammar("json_schema", "{not json"), Grammar("json_schema", json.dumps({"type": "nonsense"})),
-    Grammar("regex", "([a-z"), Grammar("choice", "[]"), Grammar("bnf", "root ::= x")])
-def test_a_grammar_that_does_not_compile_is_refused_before_it_runs(engine, grammar):
+@pytest.mark.parametrize("grammar", [Grammar("choice", "[]"), Grammar("bnf", "root ::= x")])
+def test_a_grammar_of_no_known_kind_is_refused_before_it_is_sent(engine, grammar):
     with pytest.raises(ValueError):
         check_request([1, 2, 3], SamplingParams(grammar=grammar))
     with pytest.raises(ValueError):
         engine.add_request(Sequence([1, 2, 3], SamplingParams(grammar=grammar)))
     assert not engine.requests
+
+
+@pytest.mark.parametrize("grammar", [Grammar("json_schema", "{not json"),
+                                     Grammar("json_schema", json.dumps({"type": "nonsense"})),
+                                     Grammar("regex", "([a-z")])
+def test_a_grammar_that_does_not_compile_ends_its_request_before_it_runs(engine, grammar):
+    seq = run(engine, [([1, 2, 3], SamplingParams(grammar=grammar))])[0]
+    assert seq.finish_reason.startswith("error: invalid_grammar") and not seq.output_ids
+    assert not engine.requests and not engine.awaiting_grammar and engine.pool.num_used == len(engine.pool.lru)
 
 
 def test_a_grammar_crosses_the_process_channel_as_it_is():

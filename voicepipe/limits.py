@@ -22,4 +22,4 @@ class Limits:
     max_conversation_items: int = 1024
     max_conversation_bytes: int = 1 << 20
     # An HTTP request body past this is refused (413) before it is parsed.
-    max_body_bytes: int = 4 << 20
+    max_body_bytes: int = 1 << 20

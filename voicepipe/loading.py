@@ -166,12 +166,15 @@ def make_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: "EngineC
 
 
 def warm_up_engine(engine: "Engine") -> None:
-    """Run each model once on the engine, before it serves, so the first caller waits for no lazy set-up."""
+    """Run each model once on the engine, before it serves, so the first caller waits for no lazy set-up (a
+    constrained request too: the grammar worker starts, about 3 s)."""
     from scheduler import SamplingParams, Sequence
+    from scheduler.grammar import Grammar
 
     engine.handlers[WARM_UP].fn()
     prompt = chat_prompt_ids(engine.tokenizer, [{"role": "user", "content": "Hello."}])
     engine.add_request(Sequence(prompt, SamplingParams(max_tokens=2)))
+    engine.add_request(Sequence(prompt, SamplingParams(max_tokens=2, grammar=Grammar("json_object"))))
     while engine.step():
         pass
     engine.take_outputs()

@@ -57,10 +57,12 @@ def event_id_of(event: Any) -> str | None:
     return cause if isinstance(cause, str) and len(cause) <= 64 else None
 
 
-def error(code: str, message: str, kind: str = "invalid_request_error", event_id: str | None = None) -> dict:
-    """An error; `event_id` names the client event that caused it, when the client gave its events ids."""
-    return {"type": ServerEvent.ERROR, "error": {"type": kind, "code": code, "message": message,
-                                                 "event_id": event_id}}
+def error(code: str, message: str, kind: str = "invalid_request_error", event_id: str | None = None,
+          param: str | None = None) -> dict:
+    """An error; `event_id` names the client event that caused it, when the client gave its events ids, and
+    `param` the field of it at fault, when one is."""
+    body = {"type": kind, "code": code, "message": message, "event_id": event_id}
+    return {"type": ServerEvent.ERROR, "error": {**body, "param": param} if param else body}
 
 
 def too_large(message: str | bytes, limit: int) -> dict | None:

@@ -13,8 +13,10 @@ import numpy as np
 
 from scheduler import KNOBS
 from scheduler.client import EngineUnavailable
-from voicepipe import protocol, tools
+from scheduler.schema_limits import SchemaTooComplex
+from voicepipe import grammars, protocol, tools
 from voicepipe.audio import to_float32
+from voicepipe.grammars import FieldRefused
 from voicepipe.ids import new_id
 from voicepipe.limits import Limits
 from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
@@ -42,7 +44,12 @@ MAX_METADATA = 16
 
 
 class InvalidUpdate(ValueError):
-    """A session.update the session refuses; nothing of it was applied."""
+    """A session.update the session refuses; nothing of it was applied. `code` and `param` say why in a
+    word and where, when a field of it is at fault."""
+
+    def __init__(self, message: str, code: str = "invalid_session_update", param: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.param = code, param
 
 
 class InvalidResponse(ValueError):
@@ -236,14 +243,15 @@ class Session:
 
     async def _update(self, event: dict) -> None:
         try:
-            self._apply_update(event.get("session"))
+            await self._apply_update(event.get("session"))
         except InvalidUpdate as e:
-            await self.error("invalid_session_update", str(e))
+            await self.send(protocol.error(e.code, str(e), event_id=self._cause, param=e.param))
             return
         await self.send(protocol.session_event(ServerEvent.SESSION_UPDATED, self.describe()))
 
-    def _apply_update(self, update: Any) -> None:
-        """Check every field first, then apply them all; a bad one changes nothing."""
+    async def _apply_update(self, update: Any) -> None:
+        """Check every field first (new tools' grammars compiled in the engine, so a reply can use them at
+        once), then apply them all; a bad one changes nothing."""
         if not isinstance(update, dict):
             raise InvalidUpdate("'session' must be an object")
         unknown = set(update) - {"instructions", "scheduler", "turn_detection", "output_modalities", "tools",
@@ -263,12 +271,22 @@ class Session:
         except ValueError as e:
             raise InvalidUpdate(str(e)) from None
         try:
-            found = tools.parse_tools(update["tools"], nested=False) if "tools" in update \
+            found = tools.parse_tools(update["tools"], "session.tools", nested=False) if "tools" in update \
                 else list(self.config.tools)
             choice = update.get("tool_choice", self.config.tool_choice)
-            chosen = tools.choose(found, choice)
+            chosen = tools.choose(found, choice, "session.tool_choice")
+        except SchemaTooComplex as e:
+            raise InvalidUpdate(str(e), "schema_too_complex", str(e).split(":")[0]) from None
         except ValueError as e:
-            raise InvalidUpdate(str(e)) from None
+            raise InvalidUpdate(str(e), param=str(e).split(":")[0]) from None
+        if chosen and ("tools" in update or "tool_choice" in update):
+            try:
+                await grammars.prepare(self.runtime.engine, tools.grammars(found, chosen, "session.tools"))
+            except FieldRefused as e:
+                raise InvalidUpdate(str(e), e.code, e.param) from None
+            except EngineUnavailable:
+                raise InvalidUpdate("the engine is restarting; send the update again in a few seconds",
+                                    "engine_unavailable") from None
         knobs = update.get("scheduler", {})
         if not isinstance(knobs, dict):
             raise InvalidUpdate("scheduler must be an object")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.grammar import Grammar, bounded
-from scheduler.schema_limits import SchemaTooComplex
+from scheduler.schema_limits import SchemaTooComplex, check_schema
 from voicepipe.ids import new_id
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -29,6 +29,7 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
+    field: str = "parameters"  # where the client gave its parameters (what an error about them names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +61,16 @@ def parse_tools(raw: Any, where: str = "tools", nested: bool = True) -> list[Too
         if not isinstance(parameters, dict):
             raise ValueError(f"{at}.parameters: expected a JSON schema object")
         try:
-            Grammar.json_schema(parameters).check()
-        except ValueError as e:  # its kind (a schema too complex, or not a schema) goes with the field's name
-            raise type(e)(f"{at}.parameters: {e}") from None
-        tools.append(Tool(spec["name"], str(spec.get("description") or ""), parameters))
+            check_schema(parameters)
+        except SchemaTooComplex as e:
+            raise SchemaTooComplex(f"{at}.parameters: {e}") from None
+        tools.append(Tool(spec["name"], str(spec.get("description") or ""), parameters, f"{at}.parameters"))
     if len({t.name for t in tools}) != len(tools):
         raise ValueError(f"{where}: function names must be unique")
+    try:  # they compile together: together they are held to one schema's limits
+        check_schema([t.parameters for t in tools])
+    except SchemaTooComplex as e:
+        raise SchemaTooComplex(f"{where}: the tools' parameters together {e}") from None
     return tools
 
 
@@ -113,6 +118,13 @@ def grammar(tools: list[Tool], choice: str) -> Grammar:
     else:
         body = {"type": "or", "elements": tags} if len(tags) > 1 else tags[0]
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": body}))
+
+
+def grammars(tools: list[Tool], choice: str, where: str = "tools") -> list[tuple[str, Grammar]]:
+    """What must compile before a reply may call `tools`, each beside the field it comes from: each tool's
+    parameters on their own (so a refusal names that tool), then the call format over them (`where`)."""
+    return [*((t.field, Grammar("json_schema", json.dumps(bounded(t.parameters)))) for t in tools),
+            (where, grammar(tools, choice))]
 
 
 def call_text(name: str, arguments: str) -> str:

@@ -17,10 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler import RequestClass, SamplingParams
+from scheduler.client import EngineUnavailable
 from scheduler.grammar import Grammar
 from scheduler.schema_limits import SchemaTooComplex
-from voicepipe import tools
+from voicepipe import grammars, tools
 from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.grammars import FieldRefused
 from voicepipe.ids import new_id
 from voicepipe.limits import Limits
 from voicepipe.runtime import Runtime
@@ -98,16 +100,21 @@ class ChatRequest(BaseModel):
                  "logprobs": bool(self.logprobs), "top_logprobs": bool(self.top_logprobs)}
         return next((name for name, wanted in asked.items() if wanted), None)
 
-    def structure(self) -> "tuple[list[tools.Tool], str | None, Grammar | None]":
-        """(tools, tool choice, grammar): what the reply must look like. ValueError("param: why") names the
-        field at fault."""
+    def structure(self) -> "tuple[list[tools.Tool], str | None, Grammar | None, list[tuple[str, Grammar]]]":
+        """(tools, tool choice, grammar, what must compile first by field): what the reply must look like.
+        ValueError("param: why") names the field at fault."""
         found = tools.parse_tools(self.tools) if self.tools else []
         choice = tools.choose(found, self.tool_choice)
         if choice is not None:
             if self.response_format and self.response_format.get("type", "text") != "text":
                 raise ValueError("response_format: give tools or a response_format, not both")
-            return found, choice, tools.grammar(found, choice)
-        return found, None, response_grammar(self.response_format)
+            wanted = tools.grammars(found, choice)
+            return found, choice, wanted[-1][1], wanted
+        grammar = response_grammar(self.response_format)
+        if grammar is None:
+            return found, None, None, []
+        return found, None, grammar, [("response_format" if grammar.kind == "json_object"
+                                       else "response_format.json_schema.schema", grammar)]
 
     def sampling(self, limit: int, default_max_tokens: int) -> SamplingParams:
         """`limit`: what the context leaves; a request that names no length gets `default_max_tokens`, and
@@ -134,11 +141,9 @@ def response_grammar(fmt: dict[str, Any] | None) -> Grammar | None:
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
         raise ValueError("response_format.json_schema.schema: expected a JSON schema object")
     try:
-        grammar = Grammar.json_schema(spec.get("schema") or {"type": "object"})
-        grammar.check()
-    except ValueError as e:  # its kind (a schema too complex, or not a schema) goes with the field's name
-        raise type(e)(f"response_format.json_schema.schema: {e}") from None
-    return grammar
+        return Grammar.json_schema(spec.get("schema") or {"type": "object"})
+    except SchemaTooComplex as e:
+        raise SchemaTooComplex(f"response_format.json_schema.schema: {e}") from None
 
 
 def openai_error(status: int, message: str, code: str | None = None, param: str | None = None,
@@ -178,19 +183,10 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
         except ValueError as e:
             return counted(openai_error(400, str(e), "invalid_value", "stop"))
         try:
-            found, choice, params.grammar = body.structure()
+            found, choice, params.grammar, wanted = body.structure()
         except ValueError as e:
             code = "schema_too_complex" if isinstance(e, SchemaTooComplex) else "invalid_value"
             return counted(openai_error(400, str(e), code, str(e).split(":")[0]))
-        messages = tools.with_instructions([m.as_chat() for m in body.messages],
-                                           tools.instructions(found, choice) if choice else "")
-        # Off the event loop: a body's worth of text takes a while to render and tokenize (about a second
-        # a megabyte here), and the tokenizer lets the loop run meanwhile.
-        prompt = await asyncio.to_thread(chat_prompt_ids, runtime.tokenizer, messages)
-        if len(prompt) >= limit:
-            return counted(openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at most "
-                                        f"{limit}", "context_length_exceeded", "messages"))
-        params.max_tokens = min(params.max_tokens, limit - len(prompt))
         if not runtime.engine.alive:
             return counted(openai_error(503, "the engine is restarting; try again in a few seconds",
                                         "engine_unavailable", kind="server_error"))
@@ -199,17 +195,34 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
                                     "requests at once; try again shortly", "too_many_requests", kind="requests")
             response.headers["Retry-After"] = "1"
             return counted(response)
-        completion = Completion(new_id("chatcmpl"), model_id, len(prompt), calls=choice is not None)
-        stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
-        metrics.api_requests.labels("chat.completions", "200").inc()
-        if body.stream:
-            usage = body.stream_options is not None and bool(body.stream_options.include_usage)
-            events = completion.sse(stream, usage, lambda: in_flight.discard(events))
-            in_flight.add(events)
-            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        ticket = Ticket()
+        ticket = Ticket()  # its place among the text requests, from its grammars' compile to its answer
         in_flight.add(ticket)
         try:
+            try:
+                await grammars.prepare(runtime.engine, wanted)
+            except FieldRefused as e:
+                return counted(openai_error(400, str(e), e.code, e.param))
+            except EngineUnavailable:
+                return counted(openai_error(503, "the engine is restarting; try again in a few seconds",
+                                            "engine_unavailable", kind="server_error"))
+            messages = tools.with_instructions([m.as_chat() for m in body.messages],
+                                               tools.instructions(found, choice) if choice else "")
+            # Off the event loop: a body's worth of text takes a while to render and tokenize (about a
+            # second a megabyte here), and the tokenizer lets the loop run meanwhile.
+            prompt = await asyncio.to_thread(chat_prompt_ids, runtime.tokenizer, messages)
+            if len(prompt) >= limit:
+                return counted(openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at "
+                                            f"most {limit}", "context_length_exceeded", "messages"))
+            params.max_tokens = min(params.max_tokens, limit - len(prompt))
+            completion = Completion(new_id("chatcmpl"), model_id, len(prompt), calls=choice is not None)
+            stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
+            metrics.api_requests.labels("chat.completions", "200").inc()
+            if body.stream:
+                usage = body.stream_options is not None and bool(body.stream_options.include_usage)
+                events = completion.sse(stream, usage, lambda: in_flight.discard(events))
+                in_flight.add(events)
+                return StreamingResponse(events, media_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache"})
             await until_done_or_gone(completion.collect(stream), request)
         finally:
             in_flight.discard(ticket)
@@ -231,7 +244,8 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
 
 
 class Ticket:
-    """A non-streaming request's place among the text requests in flight."""
+    """A request's place among the text requests in flight: from its grammars' compile until its stream
+    takes the place over, or its whole answer is written."""
 
 
 async def until_done_or_gone(work: "asyncio.Future | Any", request: Request) -> None:

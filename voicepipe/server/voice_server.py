@@ -147,16 +147,18 @@ class VoiceServer:
             await line.close()
 
     def _engine_changed(self, alive: bool) -> None:
-        """The engine process died (or is back): every call hears it at once; a turn in flight has failed,
-        and the call goes on once the engine is back (or the client reconnects)."""
+        """The engine process died (or is back): every call hears it at once. A turn in flight, or one the
+        caller starts meanwhile, waits for the engine and is answered once it is back (the client holds the
+        realtime work and sends it again); if it is not back within the client's `redo_within_s`, the
+        caller hears that the turn failed."""
         if alive:
             log.info("the engine is back; %d calls go on", len(self.calls))
             return
         self.metrics.engine_failures.inc()
         for call in list(self.calls):
             notice = asyncio.ensure_future(call.send(protocol.error(
-                "engine_unavailable", "the engine stopped and is restarting; the reply in progress is lost, "
-                "speak again in a few seconds or reconnect", "server_error")))
+                "engine_unavailable", "the engine stopped and is restarting; what you said is kept and will "
+                "be answered once it is back (usually within seconds)", "server_error")))
             self._notices.add(notice)
             notice.add_done_callback(self._notices.discard)
 
