@@ -109,7 +109,8 @@ def test_a_compile_past_its_budget_is_abandoned_and_the_next_one_compiles():
         t0 = time.monotonic()
         run_until(engine, lambda: slow.finish_reason is not None)
         assert time.monotonic() - t0 < 2.0  # the budget, not the 2.7 s the compile would take
-        assert slow.finish_reason.startswith("error: grammar_too_complex: compiling it took longer than 0.5 s")
+        assert slow.finish_reason.startswith("error: grammar_too_complex: compiling it ")
+        assert engine.constraints._worker.restarts == 1  # a fresh worker, forked from the seed
         assert engine.metrics.grammar_compiles.labels("grammar_too_complex")._value.get() == 1
         again = engine.add_request(Sequence([1, 2, 3], SamplingParams(grammar=SLOW)))
         assert again.finish_reason == slow.finish_reason and not engine.constraints.pending  # known: no compile

@@ -67,7 +67,7 @@ async def test_a_schema_past_the_compile_budget_gets_a_400_naming_it_while_other
     answered = time.monotonic() - t0
     error = json.loads(payload)["error"]
     assert status == 400 and error["code"] == "grammar_too_complex", error
-    assert error["param"] == "response_format.json_schema.schema" and f"{BUDGET_S:g} s" in error["message"]
+    assert error["param"] == "response_format.json_schema.schema" and "compiling it" in error["message"]
     assert answered < 5.0 and max(probes) < 0.1, (answered, max(probes))
     status, _, payload = await http_post(server, chat(response_format=schema_format(SMALL)))
     assert status == 200 and json.loads(json.loads(payload)["choices"][0]["message"]["content"])["n"] in range(10)

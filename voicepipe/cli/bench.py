@@ -1,6 +1,6 @@
 """The `voicepipe bench` command: `bench engine` (modes, roofline, knob sweep); `bench calls` (real calls);
 `bench mixed` (calls beside API traffic); `bench turns` (turn-taking); `bench grammar` (constrained
-decoding)."""
+decoding); `bench soak` (everything at once, hostile clients too, for N minutes)."""
 
 import argparse
 
@@ -66,6 +66,31 @@ def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-nice", type=int, default=0, metavar="N",
                         help="niceness the server process (and the bench's clients) takes once the engine process "
                              "runs, so the engine wins the cores (default 0)")
+
+
+def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--minutes", type=float, default=10.0, metavar="N", help="how long to run (default 10)")
+    parser.add_argument("--calls", type=int, default=1, metavar="K", help="voice calls, calling again and again "
+                        "(default 1)")
+    parser.add_argument("--streams", type=int, default=2, metavar="M", help="text streams (default 2)")
+    parser.add_argument("--items", type=int, default=3000, help="conversation items the hostile Realtime client "
+                        "sends before each reply (default 3000)")
+    add_json_argument(parser)
+    add_llm_model_arguments(parser)
+
+
+def run_soak_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from voicepipe.bench.soak import bench_soak, print_soak
+    from voicepipe.loading import ModelOptions
+
+    report = asyncio.run(bench_soak(args.minutes, args.calls, args.streams, args.items, ModelOptions.pick(vars(args))))
+    report["machine"] = machine()
+    print_soak(report)
+    if args.json:
+        save(report, args.json)
+    return 0
 
 
 def add_threads_arguments(parser: argparse.ArgumentParser) -> None:
@@ -225,6 +250,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                                            "its cost beside unconstrained requests"),
         (add_json_argument, "convoy", "the same model steps alone and beside a busy server, the engine on a "
                                       "thread and in its own process"),
+        (add_soak_arguments, "soak", "calls, text, tools, structured outputs, hostile clients and schemas together "
+                                     "for N minutes: what server and engine hold at start and end, on-time rate"),
     ]
     for add_arguments, name, description in benches:
         sub = which.add_parser(name, help=description)
@@ -235,5 +262,5 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
             "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
-            "turns": run_turns_bench, "grammar": run_grammar_bench}
+            "turns": run_turns_bench, "grammar": run_grammar_bench, "soak": run_soak_bench}
     return runs[args.bench](args)

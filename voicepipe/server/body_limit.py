@@ -1,8 +1,14 @@
-"""A request body is refused past `max_bytes`, before anything parses it: a stated length at once, a
-chunked body as soon as it passes the limit (the parser never sees more)."""
+"""A request body is refused past `max_bytes`, before anything parses it: a stated length on its first
+read, a chunked body as soon as it passes the limit (the parser never sees more).
+
+The rest of a refused body is read and thrown away (up to `DRAIN_FACTOR` times the limit) before the
+refusal goes out: a server that answers and closes while the client is still writing makes the client's
+kernel reset the connection, and the client never reads the 413 (measured: a 1 MiB body got a reset)."""
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+DRAIN_FACTOR = 16  # a body larger than this many times the limit is not read at all: its client gets a reset
 
 
 class BodyTooLarge(HTTPException):
@@ -21,16 +27,17 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         stated = dict(scope["headers"]).get(b"content-length", b"")
-        too_long = stated.isdigit() and int(stated) > self.max_bytes  # refused before a byte of it is read
+        too_long = stated.isdigit() and int(stated) > self.max_bytes
         taken = 0
 
         async def counted() -> Message:
             nonlocal taken
-            if too_long:
-                raise BodyTooLarge(self.max_bytes)
             message = await receive()
             taken += len(message.get("body", b""))
-            if taken > self.max_bytes:
+            if too_long or taken > self.max_bytes:
+                while message.get("more_body") and taken <= DRAIN_FACTOR * self.max_bytes:
+                    message = await receive()
+                    taken += len(message.get("body", b""))
                 raise BodyTooLarge(self.max_bytes)
             return message
 
