@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "walkthrough.ipynb"
 KERNEL = "voicepipe-walkthrough-test"
-FIGURES = 6  # the turn's timeline, the shards, the pool, the steps, the sweep, the policies
+FIGURES = 7  # the turn's timeline, the shards, the pool, the steps, the sweep, the policies, the GPU sweep
 
 
 def parameter_cell(nb: nbformat.NotebookNode) -> int:
@@ -59,7 +59,7 @@ def test_each_section_says_what_to_look_for() -> None:
         current = heading or current
         if current:
             sections.setdefault(current, []).append(cell.source)
-    assert len(sections) == 6, list(sections)
+    assert len(sections) == 7, list(sections)
     missing = [name for name, texts in sections.items() if not any("What to look for" in t for t in texts)]
     assert not missing, missing
 
@@ -99,7 +99,7 @@ def test_draws_figures_tables_and_audio(executed: nbformat.NotebookNode) -> None
     assert len(figures) >= FIGURES, f"{len(figures)} figures drawn"
     html = [d["text/html"] for d in data if "text/html" in d]
     assert sum("<audio" in h for h in html) == 2, "the question and the reply should both be playable"
-    assert sum("<table" in h for h in html) >= 4
+    assert sum("<table" in h for h in html) >= 5
 
 
 def test_turn_heard_and_answered(executed: nbformat.NotebookNode) -> None:
@@ -118,3 +118,10 @@ def test_prompt_cut_into_shards_over_several_steps(executed: nbformat.NotebookNo
     tokens, shard, shards, steps = map(int, found.groups())
     assert shards == -(-tokens // shard) and shards > 1
     assert 1 < steps <= shards
+
+
+def test_knobs_simulated_on_a_gpu(executed: nbformat.NotebookNode) -> None:
+    """Section 7 ran the simulator over its grid (2 x 2 in the quick run)."""
+    text = "".join(out.get("text", "") for out in outputs(executed) if out["output_type"] == "stream")
+    found = re.search(r"(\d+) simulations in \d+ s", text)
+    assert found and int(found.group(1)) == 4

@@ -7,7 +7,7 @@ step times measured on a device at hand) and moves the clock on by that much. `D
 work (arrivals, a call's next turn) as the benches feed the real engine, so one driver runs both.
 """
 
-from scheduler.sim.clock import VirtualClock, WallClock
+from scheduler.sim.clock import ThreadClock, VirtualClock, WallClock
 from scheduler.sim.devices import DEVICES, DTYPES, Device, DType
 from scheduler.sim.drive import Driver, Saturated
 from scheduler.sim.fitted import FittedCost
@@ -18,4 +18,5 @@ from scheduler.sim.shape import ModelShape
 from scheduler.sim.step_shape import StepShape
 
 __all__ = ["DEVICES", "DTYPES", "DType", "Device", "Driver", "Efficiency", "FittedCost", "ModelShape", "PricedRunner",
-           "RecordingRunner", "Roofline", "Saturated", "StepShape", "VirtualClock", "WallClock", "virtual_engine"]
+           "RecordingRunner", "Roofline", "Saturated", "StepShape", "ThreadClock", "VirtualClock", "WallClock",
+           "virtual_engine"]

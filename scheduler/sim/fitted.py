@@ -21,6 +21,7 @@ import numpy as np
 from scheduler.sim.step_shape import StepShape
 
 TERMS = ("const", "tokens", "samples", "seqs", "attention_pairs", "context_tokens")
+COMPUTE_TERMS = ("tokens", "attention_pairs")
 
 
 def features(step: StepShape) -> list[float]:
@@ -41,12 +42,12 @@ class FittedCost:
         x = np.array([features(s) for s in steps], dtype=float) / y[:, None]  # rows scaled: relative errors
         ones = np.ones(len(y))
         keep = np.ones(len(y), dtype=bool)
-        coef = _nonnegative_lstsq(x, ones)
+        coef = nonnegative_lstsq(x, ones)
         for _ in range(3):
             residual = x @ coef - 1
             mad = np.median(np.abs(residual - np.median(residual))) * 1.4826
             keep = np.abs(residual - np.median(residual)) <= 4 * max(mad, 1e-3)
-            coef = _nonnegative_lstsq(x[keep], ones[keep])
+            coef = nonnegative_lstsq(x[keep], ones[keep])
         predicted = (x @ coef) * y
         relative = np.abs(predicted - y) / y
         info = {**(about or {}), "steps": len(y), "outliers_left_out": int((~keep).sum()),
@@ -54,6 +55,19 @@ class FittedCost:
                 "relative_error_p90": float(np.percentile(relative[keep], 90)),
                 "total_time_error": float(predicted[keep].sum() / y[keep].sum() - 1)}
         return cls(dict(zip(TERMS, map(float, coef), strict=True)), info)
+
+    def parts(self, step: StepShape) -> tuple[float, float]:
+        """The step's price split into its compute terms (per token, per attention pair: the products) and the
+        rest (per step, per sequence, per row, per context token: weights and keys read, host work)."""
+        terms = dict(zip(TERMS, features(step), strict=True))
+        compute = sum(self.coefficients.get(t, 0.0) * terms[t] for t in COMPUTE_TERMS)
+        return compute, self.step_seconds(step) - compute
+
+    def rescaled(self, compute: float, rest: float) -> "FittedCost":
+        """The same machine running slower or faster, its products by `compute` and the rest by `rest`: other
+        processes on the cores take more of the memory bandwidth a decode needs than of a prompt's products."""
+        return FittedCost({t: c * (compute if t in COMPUTE_TERMS else rest) for t, c in self.coefficients.items()},
+                          {**self.about, "rescaled": {"compute": compute, "rest": rest}})
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps({"coefficients": self.coefficients, "about": self.about}, indent=2) + "\n")
@@ -64,7 +78,7 @@ class FittedCost:
         return cls(data["coefficients"], data.get("about", {}))
 
 
-def _nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least squares, refitted without the most negative term until none is negative."""
     active = list(range(x.shape[1]))
     while True:

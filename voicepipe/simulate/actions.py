@@ -23,7 +23,7 @@ def validate(args: argparse.Namespace) -> int:
     from voicepipe.simulate.validate import print_validation
     from voicepipe.simulate.validate import validate as run_validation
 
-    report = run_validation(QUICK if args.quick else None, repeats=1 if args.quick else 2)
+    report = run_validation(QUICK if args.quick else None)
     print_validation(report)
     if args.json:
         save(report, args.json)

@@ -38,7 +38,7 @@ def fit_runs(runs: dict[str, dict]) -> FittedCost:
 
 def calibrate(path: Path = FIT) -> FittedCost:
     model, tokenizer = cpu_runs.load_model()
-    fit = fit_runs(measure_runs(cpu_runs.CALIBRATION, model, tokenizer))
+    fit = fit_runs(measure_runs(cpu_runs.calibration_set(), model, tokenizer))
     path.parent.mkdir(parents=True, exist_ok=True)
     fit.save(path)
     return fit

@@ -44,6 +44,8 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
                              "int8 on cpu-measured (the engine's CPU int8, as measured)")
     parser.add_argument("--efficiency", choices=("low", "central", "high"), default="central",
                         help="the roofline's efficiency factors: the central estimate or an end of its range")
+    parser.add_argument("--efficiency-file", metavar="FILE",
+                        help="efficiency factors fitted on a GPU (python -m voicepipe.simulate.recalibrate)")
     parser.add_argument("--workload", choices=WORKLOADS, default="seed",
                         help="text traffic: seed (the article's: 128-2,048 in, 16-256 out, Poisson), poisson, "
                              "burst (groups arriving together), all-at-once, trace (--trace), none (calls only)")

@@ -17,17 +17,26 @@ MODEL, PRECISION = "smollm2-135m", "int8"  # the embedded model's shape; int8 is
 SHORT = TextLoad("all_at_once", requests=12, prompt_tokens=(32, 128), output_tokens=(8, 48), seed=11)
 
 # What the fit reads: a spread of step shapes (long and short prompts, small and large decode batches).
-CALIBRATION = {
+CALIBRATION: dict[str, Scenario] = {
     "cal-mixed": Scenario("fcfs", {"max_batch_tokens": 256, "max_batch_seqs": 16},
                           TextLoad("all_at_once", requests=12, prompt_tokens=(16, 256), output_tokens=(4, 40),
                                    seed=101), max_wait_s=None),
     "cal-small-steps": Scenario("o4", {"max_batch_tokens": 48, "max_batch_seqs": 6},
                                 TextLoad("all_at_once", requests=8, prompt_tokens=(24, 96), output_tokens=(16, 40),
                                          seed=102), engine={"shard_tokens": 16}, max_wait_s=None),
+    "cal-prompts": Scenario("fcfs", {"max_batch_tokens": 512, "max_batch_seqs": 1},
+                            TextLoad("all_at_once", requests=8, prompt_tokens=(32, 512), output_tokens=(2, 2),
+                                     seed=105), max_wait_s=None),  # one prompt a step, whole: prefill alone
     "cal-wide-decode": Scenario("fcfs", {"max_batch_tokens": 512, "max_batch_seqs": 24},
                                 TextLoad("all_at_once", requests=24, prompt_tokens=(8, 40), output_tokens=(24, 32),
                                          seed=103), max_wait_s=None),
 }
+
+# Measured again before each validation run: how fast the shared machine is right then (a calibration run,
+# so the factor read from it is the machine's, not the validated scenario's).
+PROBE = {"cal-probe": Scenario("fcfs", {"max_batch_tokens": 128, "max_batch_seqs": 8},
+                               TextLoad("all_at_once", requests=6, prompt_tokens=(48, 160), output_tokens=(8, 16),
+                                        seed=104), max_wait_s=None)}
 
 # What it is judged on: none of these workloads, seeds or settings is in the calibration set.
 VALIDATION = {
@@ -40,15 +49,24 @@ VALIDATION = {
     "fcfs": Scenario("fcfs", {}, SHORT, max_wait_s=None),
     "static": Scenario("static", {}, SHORT, max_wait_s=None),
     "calls+text": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=0.5, duration_s=20.0, requests=8),
-                           calls=CallLoad(calls=2, turns=2, reply_tokens=24, question_tokens=16,
+                           calls=CallLoad(calls=2, turns=3, reply_tokens=24, question_tokens=16, sentence_tokens=8,
                                           instructions_tokens=64, seed=5), max_wait_s=None),
 }
 QUICK = ("all-at-once", "poisson-3/s", "tokens=64", "static", "calls+text")
 
 
+def calibration_set() -> dict[str, Scenario]:
+    return {**CALIBRATION, **PROBE}
+
+
 def load_model() -> tuple[Any, Any]:
+    """The model, with torch on one thread: on 2 cores that others use too, two threads that wait for each
+    other at every op made the same run 4-5x slower (64-70 s against 13-18 s at a load average of 5)."""
+    import torch
+
     from voicepipe.bench.random_weights import random_llm
 
+    torch.set_num_threads(1)
     return random_llm("default")
 
 

@@ -2,8 +2,9 @@
 
 Both go through the same driver, the same traffic and the same figures, so a difference between the two
 is the cost model's (or the machine's noise), not the harness's. A measured run uses the real engine on a
-random-weight model of the named shape, its calls' ASR and TTS jobs standing in as sleeps of their price
-(what is measured is the engine; the job prices are DESIGN.md's).
+random-weight model of the named shape, timed by the engine thread's own CPU time (the cores are shared),
+its calls' ASR and TTS jobs standing in at their price (what is measured is the engine; the job prices are
+DESIGN.md's).
 """
 
 import time
@@ -12,7 +13,7 @@ from typing import Any
 
 from scheduler import EngineConfig, RequestClass
 from scheduler.jobs import JobHandler
-from scheduler.sim import Driver, RecordingRunner, VirtualClock, WallClock, virtual_engine
+from scheduler.sim import Driver, RecordingRunner, ThreadClock, VirtualClock, WallClock, virtual_engine
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.shapes import IdTokenizer
 from voicepipe.bench.workload import WorkItem
@@ -64,17 +65,19 @@ def simulate(scenario: Scenario, priced: Priced, items: list[WorkItem] | None = 
     return report
 
 
-def measure(scenario: Scenario, model: Any, tokenizer: Any, prices: JobPrices, **config: Any) -> dict:
-    """The scenario on the real engine over `model`, on the wall clock; `steps_measured` holds each model
-    step's shape and time, what a fit reads."""
-    clock = WallClock()
-    jobs = {kind: JobHandler(_sleeping(fn)) for kind, fn in priced_jobs(prices).items()}
+def measure(scenario: Scenario, model: Any, tokenizer: Any, prices: JobPrices, clock: Any = None,
+            **config: Any) -> dict:
+    """The scenario on the real engine over `model`; `steps_measured` holds each model step's shape and time,
+    what a fit reads. The clock is the engine thread's CPU time (`ThreadClock`) unless one is given: on cores
+    other work shares, that is the time the steps took this machine, not the time the others took."""
+    clock = clock or ThreadClock()
+    jobs = {kind: JobHandler(_stand_in(fn, clock)) for kind, fn in priced_jobs(prices).items()}
     from scheduler import Engine
     from scheduler.runner import ModelRunner
 
     engine_config = scenario.config({}, **config)
     runner = RecordingRunner(ModelRunner(model, engine_config))
-    engine = Engine(model, tokenizer, engine_config, jobs, runner=runner)
+    engine = Engine(model, tokenizer, engine_config, jobs, runner=runner, clock=clock.now)
     _warm_up(engine, runner)
     driver_steps: list = []
 
@@ -120,11 +123,15 @@ def _warm_up(engine, runner: RecordingRunner) -> None:
     runner.shapes.clear()
 
 
-def _sleeping(fn):
-    """A job that holds the engine for its price, as the device work it stands for would."""
+def _stand_in(fn, clock):
+    """A job that holds the engine for its price, as the device work it stands for would: asleep on the wall
+    clock, or moving a work-counting clock on."""
     def run(*args):
         seconds, value = fn(*args)
-        time.sleep(seconds)
+        if isinstance(clock, WallClock):
+            time.sleep(seconds)
+        else:
+            clock.advance(seconds)
         return value
 
     return run

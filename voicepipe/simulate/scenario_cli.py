@@ -1,7 +1,9 @@
 """`voicepipe simulate run`: the command line's options made into scenarios, one per policy, and run."""
 
 import argparse
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from scheduler.sim import Efficiency
 from voicepipe.simulate.calls import CallLoad
@@ -40,8 +42,14 @@ def scenarios(args: argparse.Namespace) -> dict[str, Scenario]:
                         max_wait_s=args.max_wait, name=p) for p in policies}
 
 
+def efficiency(args: argparse.Namespace) -> Efficiency:
+    if args.efficiency_file:
+        return Efficiency(**json.loads(Path(args.efficiency_file).read_text())["efficiency"])
+    return Efficiency.band()[args.efficiency]
+
+
 def run_scenarios(args: argparse.Namespace) -> int:
-    target = priced(args.device, args.model, args.dtype, Efficiency.band()[args.efficiency])
+    target = priced(args.device, args.model, args.dtype, efficiency(args))
     runs = {}
     for name, scenario in scenarios(args).items():
         if args.workload == "trace":
