@@ -73,7 +73,7 @@ class ModelRunner:
                                None if self.kv_scales is None else (self.kv_scales[0, i], self.kv_scales[1, i]))
                        for i in range(self.n_layers)]
         self.lean = self._lean_model() if config.runner == "lean" else None
-        if self.precision == "int8":
+        if self.precision in ("int8", "int4"):
             if self.lean is None:
                 raise ValueError(f"{self.precision} weights need the lean forward, which cannot run this model")
             # Only the lean model's layers are swapped: the transformers model stays the float32 reference.
