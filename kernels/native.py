@@ -23,7 +23,9 @@ from pathlib import Path
 import torch
 
 log = logging.getLogger(__name__)
-SOURCES = tuple(sorted((Path(__file__).parent / "cpu").glob("*.cpp")))
+SOURCE_DIR = Path(__file__).parent / "cpu"
+SOURCES = tuple(sorted(SOURCE_DIR.glob("*.cpp")))
+HEADERS = tuple(sorted(SOURCE_DIR.glob("*.h")))
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-Wall")
 
 
@@ -45,7 +47,7 @@ def _cpu_features() -> str:
 
 def library_path() -> Path:
     digest = hashlib.sha256()
-    for source in SOURCES:
+    for source in (*SOURCES, *HEADERS):
         digest.update(source.read_bytes())
     digest.update(" ".join((torch.__version__, *FLAGS, _cpu_features())).encode())
     return cache_dir() / f"voicepipe_cpu-{digest.hexdigest()[:16]}.so"

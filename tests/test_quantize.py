@@ -19,17 +19,7 @@ TEXT = Path(__file__).parent / "data" / "public_domain.txt"
 TOLERANCE = {Int8Linear: 0.01, Int4Linear: 0.08}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def native_kernels():
-    """The C++ kernels, built here if set-up did not (skipped only where no compiler exists)."""
-    if native.compiler() is None:
-        pytest.skip("no C++ compiler: the kernels cannot be built on this machine")
-    native.build()
-    native.load.cache_clear()
-    assert native.load()
-    yield
-    native.load.cache_clear()
-
+pytestmark = pytest.mark.usefixtures("native_kernels")
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
     """Per row: the error's norm over the exact output's norm."""

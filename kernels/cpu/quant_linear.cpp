@@ -14,26 +14,22 @@
 
 #include <cstring>
 
+#include "vec.h"
+
 #if !defined(__AVX2__)
 #error "the quantized linear kernels need AVX2 (x86-64-v3) or newer"
 #endif
 
 namespace {
 
+using voicepipe::LANES;
+using voicepipe::load_f;
+using voicepipe::store_f;
+using voicepipe::vf;
+
 constexpr int PANEL = 64;          // output columns per panel
-constexpr int LANES = 16;          // floats per vector
 constexpr int NV = PANEL / LANES;  // vectors across a panel
 constexpr int MAX_ROWS = 6;        // activation rows per register tile (NV * MAX_ROWS accumulators)
-
-typedef float vf __attribute__((vector_size(64)));
-
-inline vf load_f(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline void store_f(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 
 // 16 bytes widened to 16 int32 lanes (the compiler's generic vector conversions come out scalar, so
 // intrinsics), then to floats. A byte of int4 codes is split after widening: its low nibble is k, its high
