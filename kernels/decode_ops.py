@@ -11,7 +11,7 @@ from kernels import native
 
 def usable(kv_dtype: torch.dtype, device: torch.device, head_dim: int, n_heads: int, n_kv: int) -> bool:
     """The library is built and loaded, and the ops cover this cache and these heads."""
-    return (device.type == "cpu" and kv_dtype == torch.float32 and head_dim % 16 == 0 and head_dim <= 128
+    return (device.type == "cpu" and kv_dtype == torch.float32 and head_dim in (64, 128)
             and n_heads % n_kv == 0 and n_heads // n_kv <= 8 and native.load())
 
 

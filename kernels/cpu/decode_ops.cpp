@@ -64,6 +64,81 @@ __attribute__((optimize("fp-contract=off"))) void rotary_write_kv(
   }
 }
 
+// One (sequence, kv head) task of decode attention: the G query heads that share the kv head, head_dim
+// V * 16, over `len` cached positions found through the sequence's `table` of pages. The query and the
+// output stay in registers; `scores` holds G rows of `len` rounded up to whole vectors.
+template <int G, int V>
+void attend(const float* q, const float* keys, const float* values, const int32_t* table, int64_t page,
+            int64_t stride, int64_t len, float scale, float* scores, float* out) {
+  constexpr int64_t D = V * LANES;
+  const int64_t padded = (len + LANES - 1) / LANES * LANES;
+  vf qv[G][V];
+  for (int h = 0; h < G; ++h)
+    for (int i = 0; i < V; ++i) qv[h][i] = load_f(q + h * D + i * LANES) * scale;
+  for (int64_t t = len; t < padded; ++t)
+    for (int h = 0; h < G; ++h) scores[h * padded + t] = -INFINITY;
+  // Position t sits at offset t % page of page table[t / page]: walked page by page, with no division.
+  for (int64_t first = 0, p = 0; first < len; first += page, ++p) {
+    const float* k = keys + table[p] * page * stride;
+    for (int64_t t = first; t < std::min(first + page, len); ++t, k += stride) {
+      vf kv[V];
+      for (int i = 0; i < V; ++i) kv[i] = load_f(k + i * LANES);
+      for (int h = 0; h < G; ++h) {
+        vf acc = qv[h][0] * kv[0];
+        for (int i = 1; i < V; ++i) acc += qv[h][i] * kv[i];
+        scores[h * padded + t] = sum_lanes(acc);
+      }
+    }
+  }
+  for (int h = 0; h < G; ++h) {  // softmax, each row scaled by its own total at the end
+    float* sc = scores + h * padded;
+    vf top = vf{} - INFINITY;
+    for (int64_t t = 0; t < padded; t += LANES) {
+      const vf x = load_f(sc + t);
+      top = x > top ? x : top;
+    }
+    float highest = top[0];
+    for (int i = 1; i < LANES; ++i) highest = std::max(highest, top[i]);
+    vf total{};
+    for (int64_t t = 0; t < padded; t += LANES) {
+      const vf e = exp_f(load_f(sc + t) - highest);
+      store_f(sc + t, e);
+      total += e;
+    }
+    const vf inv = vf{} + 1.f / sum_lanes(total);
+    for (int64_t t = 0; t < padded; t += LANES) store_f(sc + t, load_f(sc + t) * inv);
+  }
+  vf acc[G][V] = {};
+  for (int64_t first = 0, p = 0; first < len; first += page, ++p) {
+    const float* v = values + table[p] * page * stride;
+    for (int64_t t = first; t < std::min(first + page, len); ++t, v += stride)
+      for (int i = 0; i < V; ++i) {
+        const vf vv = load_f(v + i * LANES);
+        for (int h = 0; h < G; ++h) acc[h][i] += scores[h * padded + t] * vv;
+      }
+  }
+  for (int h = 0; h < G; ++h)
+    for (int i = 0; i < V; ++i) store_f(out + h * D + i * LANES, acc[h][i]);
+}
+
+typedef void (*AttendFn)(const float*, const float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
+                         float, float*, float*);
+
+template <int V>
+AttendFn attend_for(int64_t group) {
+  switch (group) {
+    case 1: return attend<1, V>;
+    case 2: return attend<2, V>;
+    case 3: return attend<3, V>;
+    case 4: return attend<4, V>;
+    case 5: return attend<5, V>;
+    case 6: return attend<6, V>;
+    case 7: return attend<7, V>;
+    case 8: return attend<8, V>;
+    default: return nullptr;
+  }
+}
+
 // Attention of one query row per sequence: the queries are the first H * D columns of qkv [S, ..]; sequence
 // s attends to its kv_lens[s] cached positions, found through its block table. Each (sequence, kv head)
 // pair is one task: its keys are read once for all the query heads that share them.
@@ -76,52 +151,22 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, co
                   block_tables.is_contiguous() && block_tables.scalar_type() == at::kInt &&
                   kv_lens.scalar_type() == at::kInt, "decode_attention: bad layout");
   const int64_t S = qkv.size(0), page = k_cache.size(1), n_kv = k_cache.size(2), D = k_cache.size(3);
-  const int64_t group = n_heads / n_kv, width = block_tables.size(1), row = qkv.stride(0);
-  TORCH_CHECK(D % LANES == 0 && D <= 8 * LANES && n_heads % n_kv == 0 && n_heads / n_kv <= 8,
-              "decode_attention: head_dim a multiple of 16 up to 128, at most 8 query heads a kv head");
+  const int64_t group = n_kv > 0 && n_heads % n_kv == 0 ? n_heads / n_kv : 0;
+  const AttendFn fn = D == 64 ? attend_for<4>(group) : D == 128 ? attend_for<8>(group) : nullptr;
+  TORCH_CHECK(fn != nullptr, "decode_attention: head_dim 64 or 128, at most 8 query heads a kv head");
+  const int64_t width = block_tables.size(1), row = qkv.stride(0);
   at::Tensor out = at::empty({S, n_heads * D}, qkv.options());
   const float *qp = qkv.data_ptr<float>(), *kc = k_cache.data_ptr<float>(), *vc = v_cache.data_ptr<float>();
   const int32_t *tables = block_tables.data_ptr<int32_t>(), *lens = kv_lens.data_ptr<int32_t>();
   float* op = out.data_ptr<float>();
-  const int64_t vecs = D / LANES;
+  int64_t longest = 0;
+  for (int64_t s = 0; s < S; ++s) longest = std::max<int64_t>(longest, lens[s]);
   at::parallel_for(0, S * n_kv, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    std::vector<float> scores(group * ((longest + LANES - 1) / LANES * LANES));
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t s = task / n_kv, g = task % n_kv, len = lens[s];
-      const int64_t padded = (len + LANES - 1) / LANES * LANES;  // whole vectors for the exponentials
-      scores.assign(group * padded, -INFINITY);
-      const float* q = qp + s * row + g * group * D;
-      for (int64_t t = 0; t < len; ++t) {
-        const float* k = kc + ((tables[s * width + t / page] * page + t % page) * n_kv + g) * D;
-        for (int64_t h = 0; h < group; ++h) {
-          vf acc{};
-          for (int64_t i = 0; i < vecs; ++i) acc += load_f(q + h * D + i * LANES) * load_f(k + i * LANES);
-          scores[h * padded + t] = sum_lanes(acc) * static_cast<float>(scale);
-        }
-      }
-      for (int64_t h = 0; h < group; ++h) {
-        float* sc = scores.data() + h * padded;
-        float top = -INFINITY;
-        for (int64_t t = 0; t < len; ++t) top = std::max(top, sc[t]);
-        vf total{};
-        for (int64_t t = 0; t < padded; t += LANES) {
-          const vf e = exp_f(load_f(sc + t) - top);
-          store_f(sc + t, e);
-          total += e;
-        }
-        const float inv = 1.f / sum_lanes(total);
-        for (int64_t t = 0; t < len; ++t) sc[t] *= inv;
-      }
-      vf acc[8][8] = {};  // [query head of the group][vector of D]
-      for (int64_t t = 0; t < len; ++t) {
-        const float* v = vc + ((tables[s * width + t / page] * page + t % page) * n_kv + g) * D;
-        for (int64_t i = 0; i < vecs; ++i) {
-          const vf vv = load_f(v + i * LANES);
-          for (int64_t h = 0; h < group; ++h) acc[h][i] += scores[h * padded + t] * vv;
-        }
-      }
-      for (int64_t h = 0; h < group; ++h)
-        for (int64_t i = 0; i < vecs; ++i) store_f(op + s * n_heads * D + (g * group + h) * D + i * LANES, acc[h][i]);
+      const int64_t s = task / n_kv, g = task % n_kv;
+      fn(qp + s * row + g * group * D, kc + g * D, vc + g * D, tables + s * width, page, n_kv * D, lens[s],
+         static_cast<float>(scale), scores.data(), op + (s * n_heads + g * group) * D);
     }
   });
   return out;

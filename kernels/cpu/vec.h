@@ -19,10 +19,15 @@ inline vf load_f(const float* p) {
 
 inline void store_f(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf4 __attribute__((vector_size(16)));
+
+// The sum of the lanes, halving the vector each time (a sum in lane order would chain 15 additions).
 inline float sum_lanes(vf v) {
-  float s = 0.f;
-  for (int i = 0; i < LANES; ++i) s += v[i];
-  return s;
+  const vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const vf4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
 // e^x to about 2 ulp (Cephes' single-precision polynomial after reducing x by multiples of ln 2); inputs
