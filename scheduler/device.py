@@ -9,8 +9,10 @@ import torch
 from torch import nn
 
 DEVICES = ("auto", "cpu", "cuda")
-# Weight dtypes by precision name; int8 keeps float32 storage here and is converted by scheduler.quantize.
-WEIGHT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32}
+# Weight dtypes by precision name; int8 and int4 keep float32 storage here and are converted by
+# scheduler.quantize.
+WEIGHT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.float32,
+                 "int4": torch.float32}
 
 
 class DeviceUnavailable(ValueError):
@@ -29,16 +31,17 @@ def resolve_device(name: str) -> torch.device:
 
 
 def default_precision(device: torch.device) -> str:
-    """int8 weights on a CPU (fbgemm's kernels: about twice as fast there, docs/performance.md), bf16 on CUDA."""
+    """int8 weights on a CPU (its C++ kernels: several times float32's decode speed, docs/decode.md), bf16 on
+    CUDA."""
     return "bf16" if device.type == "cuda" else "int8"
 
 
 def check_precision(device: torch.device, precision: str) -> None:
-    """Refuse a precision the device cannot run: int8 linears are fbgemm's, which exist only on CPUs."""
+    """Refuse a precision the device cannot run: the int8 and int4 linears are CPU kernels."""
     if precision not in WEIGHT_DTYPES:
         raise ValueError(f"unknown precision {precision!r} (choose from {', '.join(WEIGHT_DTYPES)})")
-    if precision == "int8" and device.type != "cpu":
-        raise DeviceUnavailable(f"int8 weights run on CPUs only; use bf16 or fp16 on {device.type}")
+    if precision in ("int8", "int4") and device.type != "cpu":
+        raise DeviceUnavailable(f"{precision} weights run on CPUs only; use bf16 or fp16 on {device.type}")
 
 
 def place_model(model: nn.Module, device: str | None, precision: str | None) -> str:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import kernels
+from kernels import decode_ops
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
 # Rope types whose frequencies do not depend on the sequence length, so one table serves every step.
@@ -46,17 +47,31 @@ class PagedStep:
     max_kv_len: int
     layout: kernels.PagedLayout | None  # the reference kernel's index work, shared by all layers
     caches: list[LayerKV]  # each layer's pages
+    decode: bool = False  # every row a decode, attended by `kernels.decode_ops` straight from the pages
+
+
+class Rotation(NamedTuple):
+    """A step's rotary angles: per token (cos, sin [T, 1, head_dim]), or for `kernels.decode_ops` the whole
+    tables (cos, sin [L, head_dim]) with each token's position."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    positions: torch.Tensor | None = None
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm as torch's one fused op (in float32 it gives Llama's own module's result)."""
+    """Root-mean-square norm as torch's one fused op (in float32 it gives Llama's own module's result), or
+    with `native` as the C++ op, a third of its time at batch 1 and equal to it within float32's rounding."""
 
     def __init__(self, weight: nn.Parameter, eps: float):
         super().__init__()
         self.weight, self.eps = weight, eps
         self.shape = tuple(weight.shape)
+        self.native = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native:
+            return decode_ops.rms_norm(x, self.weight, self.eps)
         return nn.functional.rms_norm(x, self.shape, self.weight, self.eps)
 
 
@@ -82,11 +97,13 @@ class RotaryTable:
         self.sin = torch.cat((-sin, sin), dim=-1)[:, None].to(self.dtype)
         self.length = length
 
-    def __call__(self, positions: torch.Tensor, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin of `positions`, all below `end`."""
+    def __call__(self, positions: torch.Tensor, end: int, whole: bool = False) -> Rotation:
+        """cos and signed sin of `positions`, all below `end`; with `whole`, the tables and the positions."""
         if end > self.length:
             self._fill(max(end, 2 * self.length))
-        return self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        if whole:
+            return Rotation(self.cos.view(self.length, -1), self.sin.view(self.length, -1), positions)
+        return Rotation(self.cos.index_select(0, positions), self.sin.index_select(0, positions))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -102,26 +119,38 @@ class Attention(nn.Module):
         self.qk_width = (n_heads + n_kv) * head_dim
         self.scale = head_dim ** -0.5
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: PagedStep,
-                kv: LayerKV) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rotation: Rotation, step: PagedStep, kv: LayerKV) -> torch.Tensor:
         n = x.shape[0]
         qkv = self.qkv(x)
-        # Queries and keys sit side by side in the projection: one rotation covers both.
-        qk = rotate(qkv[:, :self.qk_width].view(n, -1, self.head_dim), cos, sin)
-        q, k = qk[:, :self.n_heads], qk[:, self.n_heads:]
-        v = qkv[:, self.qk_width:].view(n, self.n_kv, self.head_dim)
-        kernels.write_kv(kv.k, kv.v, k, v, step.slots, kv.scales)
+        if rotation.positions is not None:  # whole tables: the C++ ops rotate, store, and attend decodes
+            decode_ops.rotary_write_kv(qkv, rotation.cos, rotation.sin, rotation.positions, step.slots, kv.k, kv.v,
+                                       self.n_heads)
+            if step.decode:
+                return self.o(decode_ops.decode_attention(qkv, kv.k, kv.v, step.block_tables, step.kv_lens,
+                                                          self.n_heads, self.scale))
+            q = qkv[:, :self.n_heads * self.head_dim].view(n, self.n_heads, self.head_dim)
+        else:
+            # Queries and keys sit side by side in the projection: one rotation covers both.
+            qk = rotate(qkv[:, :self.qk_width].view(n, -1, self.head_dim), rotation.cos, rotation.sin)
+            q, k = qk[:, :self.n_heads], qk[:, self.n_heads:]
+            v = qkv[:, self.qk_width:].view(n, self.n_kv, self.head_dim)
+            kernels.write_kv(kv.k, kv.v, k, v, step.slots, kv.scales)
         out = kernels.paged_attention(q, kv.k, kv.v, step.block_tables, step.cu_q_lens, step.kv_lens,
                                       self.scale, layout=step.layout, scales=kv.scales)
         return self.o(out.reshape(n, -1))
 
 
 class MLP(nn.Module):
+    """With `native`, silu(gate) * up is one C++ op (equal to torch's two within float32's rounding)."""
+
     def __init__(self, gate_up: nn.Linear, down: nn.Linear):
         super().__init__()
         self.gate_up, self.down = gate_up, down
+        self.native = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native:
+            return self.down(decode_ops.silu_mul(self.gate_up(x)))
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         return self.down(nn.functional.silu(gate) * up)
 
@@ -131,9 +160,8 @@ class Block(nn.Module):
         super().__init__()
         self.attn_norm, self.attn, self.mlp_norm, self.mlp = attn_norm, attn, mlp_norm, mlp
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: PagedStep,
-                kv: LayerKV) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, step, kv)
+    def forward(self, x: torch.Tensor, rotation: Rotation, step: PagedStep, kv: LayerKV) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rotation, step, kv)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -145,14 +173,24 @@ class LeanLlama(nn.Module):
         super().__init__()
         self.embed, self.rotary, self.norm, self.lm_head = embed, rotary, norm, lm_head
         self.layers = nn.ModuleList(layers)
+        self.native = False
+
+    def use_native_ops(self, elementwise: bool) -> None:
+        """Rotate, store and attend decodes with `kernels.decode_ops` (rotations and stores equal torch's to
+        the bit); with `elementwise` also the norms and silu * up, which round differently from torch's
+        (where the weights are quantized anyway, no bit of float32's is there to keep)."""
+        self.native = True
+        for module in self.modules():
+            if isinstance(module, RMSNorm | MLP):
+                module.native = elementwise
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, step: PagedStep,
                 sample_rows: torch.Tensor) -> torch.Tensor:
         """Logits [len(sample_rows), vocab] of the tokens at `sample_rows` of the packed row `ids` [T]."""
         x = self.embed(ids)
-        cos, sin = self.rotary(positions, step.max_kv_len)
+        rotation = self.rotary(positions, step.max_kv_len, whole=self.native)
         for layer, kv in zip(self.layers, step.caches, strict=True):
-            x = layer(x, cos, sin, step, kv)
+            x = layer(x, rotation, step, kv)
         return self.lm_head(self.norm(x[sample_rows]))
 
 

@@ -1,76 +1,112 @@
-"""Int8 weights for a model's linear layers, on fbgemm's int8 kernel, at the quality of int8 weights alone.
+"""Weight-only quantized linear layers: int8 with a scale per output channel, or int4 in groups of 32 inputs
+with a scale and a minimum each; activations stay float32.
 
-Decode at small batches is bound by reading the weights, so int8 weights (a quarter of float32's bytes)
-make every step cheaper. fbgemm's int8 linear is the fast int8 kernel on x86 CPUs, but it multiplies int8
-activations too, and that is where the quality goes: on SmolLM2-135M, int8 weights alone cost 0.6% of
-perplexity, 8-bit per-token activations 3% more, and the per-tensor activations of `quantize_dynamic`
-tripled perplexity. So each row is scaled to [-1, 1] by its own maximum and fed to the kernel
-twice: once as its 8-bit value and once as what that value missed, rescaled to full range. The two
-integer products add up to the weights times a 15-bit activation, which is as good as float32 here, and
-the second pass reads weights the first one just brought into cache. Weights get one scale per output
-channel.
+Decode at small batches is bound by reading the weights, so fewer bytes per weight make every step cheaper:
+int8 reads a quarter of float32's bytes, int4 (with its group scales) about a sixth. The products run in the
+C++ kernels of `kernels.packing`, which widen the codes to float32 inside the dot product: activations are
+never rounded, which is where earlier int8 paths lost their quality (per-tensor int8 activations tripled
+SmolLM2-135M's perplexity). Where those kernels were not built, each layer keeps its dequantized weights
+as a float32 matrix instead: the same numbers at float32's speed.
+
+int4's groups follow the default model's own GGUF file (Q4_1: 32 weights, a scale and a minimum): its
+decoder layers come back exactly. Its output head was stored with 8 bits (Q8_0), and int4 there cost 8%
+perplexity, so under int4 the head is int8; measured on the public-domain text, int4 so made is within
+0.1% of float32's perplexity, int8 0.6% above it (docs/decode.md).
 
 The replacement works on any module tree (transformers' models and our own) and never touches an
 embedding, so a tied output head is quantized as a copy while the input embedding stays float32.
 """
 
 import fnmatch
-import warnings
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
+from kernels import native, packing
 from scheduler.config import Precision
 
-# The kernel's fixed input grid: zero point 128 and 127 steps per unit hold any value in [-1, 1].
-_STEP = 1 / 127
-_ZERO = 128
+INT4_GROUP = 32
+HEADS = ("lm_head", "*.lm_head")  # output heads, int8 under int4
 
 
-class Int8Linear(nn.Module):
-    """A float32-in, float32-out linear layer whose weight is int8 with one scale per output channel."""
+class QuantizedLinear(nn.Module):
+    """A float32-in, float32-out linear layer over quantized weights; subclasses say how they are coded."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
-        weight = linear.weight.detach().float()
-        if weight.device.type != "cpu":
-            raise ValueError("int8 linear layers run on fbgemm, a CPU kernel; the model is on " + weight.device.type)
+        if linear.weight.device.type != "cpu":
+            raise ValueError("quantized linear layers run on the CPU; the model is on " + linear.weight.device.type)
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        scales = (weight.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny).double()
-        zero_points = torch.zeros(self.out_features, dtype=torch.long)
-        with warnings.catch_warnings():  # quantized tensors are deprecated, but are the only way into fbgemm
-            warnings.simplefilter("ignore")
-            qweight = torch.quantize_per_channel(weight, scales, zero_points, 0, torch.qint8)
-        self._packed = torch.ops.quantized.linear_prepack(qweight, None)
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.register_buffer("bias", bias)
+        self.fast = native.load()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)
-        tiny = torch.finfo(torch.float32).tiny
-        row_max = rows.abs().amax(dim=1, keepdim=True).clamp(min=tiny)
-        coarse = rows / row_max
-        fine = coarse - torch.round(coarse / _STEP) * _STEP  # what the 8-bit grid misses, within half a step
-        fine_max = fine.abs().amax(dim=1, keepdim=True).clamp(min=tiny)
-        out = self._int8_matmul(coarse)
-        out += self._int8_matmul(fine / fine_max) * fine_max
-        out *= row_max
-        if self.bias is not None:
-            out += self.bias
-        return out.reshape(*x.shape[:-1], self.out_features)
-
-    def _int8_matmul(self, unit_rows: torch.Tensor) -> torch.Tensor:
-        """Weights times rows in [-1, 1], each rounded to the grid, in float32."""
-        return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(unit_rows, _STEP, _ZERO,
-                                                                                 self._packed)
+    def keep(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Hold the coded weights as buffers: copied, moved and saved with the module."""
+        for name, tensor in tensors:
+            self.register_buffer(name, tensor)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"kernel={'C++' if self.fast else 'float32 fallback'}")
+
+
+class Int8Linear(QuantizedLinear):
+    """int8 weights, one scale per output channel (symmetric: codes -127..127)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear)
+        weight = linear.weight.detach().float()
+        scale = (weight.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        codes = torch.round(weight / scale[:, None]).clamp(-127, 127)
+        if self.fast:
+            self.keep(zip(("panels", "scale"), packing.pack_int8(codes, scale), strict=True))
+        else:
+            self.keep([("weight", codes * scale[:, None])])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fast:
+            return packing.int8_linear(x, self.panels, self.scale, self.out_features, self.bias)
+        return nn.functional.linear(x, self.weight, self.bias)
+
+
+class Int4Linear(QuantizedLinear):
+    """int4 weights in groups of `group` inputs, each with a scale and a minimum: w = code * scale + min."""
+
+    def __init__(self, linear: nn.Linear, group: int = INT4_GROUP):
+        super().__init__(linear)
+        if self.in_features % group:
+            raise ValueError(f"int4 groups of {group} do not divide {self.in_features} inputs")
+        self.group = group
+        weight = linear.weight.detach().float().view(self.out_features, -1, group)
+        low, high = weight.amin(dim=-1), weight.amax(dim=-1)
+        scales = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)
+        codes = torch.round((weight - low[..., None]) / scales[..., None]).clamp(0, 15)
+        if self.fast:
+            self.keep(zip(("panels", "scales", "mins"), packing.pack_int4(codes.flatten(1), scales, low),
+                          strict=True))
+        else:
+            self.keep([("weight", (codes * scales[..., None] + low[..., None]).flatten(1))])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fast:
+            return packing.int4_linear(x, self.panels, self.scales, self.mins, self.group, self.out_features,
+                                       self.bias)
+        return nn.functional.linear(x, self.weight, self.bias)
+
+
+def quantized(linear: nn.Linear, precision: Precision, name: str = "") -> QuantizedLinear:
+    """The layer named `name` in `precision`; under int4 an output head, or a layer whose inputs the groups
+    do not divide, is int8."""
+    head = any(fnmatch.fnmatchcase(name, p) for p in HEADS)
+    if precision == "int4" and not head and linear.in_features % INT4_GROUP == 0:
+        return Int4Linear(linear)
+    return Int8Linear(linear)
 
 
 def quantize_linears(module: nn.Module, precision: Precision = "int8", skip: Iterable[str] = ()) -> nn.Module:
-    """Replace every `nn.Linear` under `module` with an `Int8Linear`, in place; returns `module` (or its
+    """Replace every `nn.Linear` under `module` with its quantized form, in place; returns `module` (or its
     replacement, when `module` is itself a linear layer).
 
     `skip` holds glob patterns of qualified module names (e.g. "*.down_proj", "lm_head") to leave in
@@ -78,18 +114,18 @@ def quantize_linears(module: nn.Module, precision: Precision = "int8", skip: Ite
     """
     if precision == "fp32":
         return module
-    if precision != "int8":
-        raise ValueError(f"unknown precision {precision!r}; expected 'fp32' or 'int8'")
+    if precision not in ("int8", "int4"):
+        raise ValueError(f"unknown precision {precision!r}; expected 'fp32', 'int8' or 'int4'")
     patterns = list(skip)
     if isinstance(module, nn.Linear):
-        return Int8Linear(module)
+        return quantized(module, precision)
     targets = [(name, child) for name, child in module.named_modules(remove_duplicate=False)
                if isinstance(child, nn.Linear) and not any(fnmatch.fnmatchcase(name, p) for p in patterns)]
-    made: dict[int, Int8Linear] = {}  # a layer reached by two paths is quantized once
+    made: dict[int, QuantizedLinear] = {}  # a layer reached by two paths is quantized once
     for name, linear in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
         if id(linear) not in made:
-            made[id(linear)] = Int8Linear(linear)
+            made[id(linear)] = quantized(linear, precision, name)
         setattr(parent, attr, made[id(linear)])
     return module

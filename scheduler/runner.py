@@ -17,6 +17,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 import kernels
+from kernels import decode_ops
 from scheduler.config import EngineConfig
 from scheduler.device import place_model
 from scheduler.kv_dtype import SCALE_DTYPE, is_scaled, kv_torch_dtype, num_slabs, pages_per_slab
@@ -72,11 +73,17 @@ class ModelRunner:
                                None if self.kv_scales is None else (self.kv_scales[0, i], self.kv_scales[1, i]))
                        for i in range(self.n_layers)]
         self.lean = self._lean_model() if config.runner == "lean" else None
-        if self.precision == "int8":
+        if self.precision in ("int8", "int4"):
             if self.lean is None:
                 raise ValueError(f"{self.precision} weights need the lean forward, which cannot run this model")
             # Only the lean model's layers are swapped: the transformers model stays the float32 reference.
             quantize_linears(self.lean, self.precision)
+        # The C++ decode ops where they cover the model and its cache; their norms and silu * up only under
+        # quantized weights, so that float32 keeps transformers' bits.
+        self.native = self.lean is not None and decode_ops.usable(
+            self.kv_dtype, self.device, self.head_dim, cfg.num_attention_heads, self.n_kv)
+        if self.native:
+            self.lean.use_native_ops(elementwise=self.precision in ("int8", "int4"))
 
     def _lean_model(self) -> LeanLlama | None:
         try:
@@ -106,10 +113,11 @@ class ModelRunner:
         tables = [c.seq.pages + [0] * (width - len(c.seq.pages)) for c in plan.chunks]
         as_tensor = lambda x, dtype=torch.int32: torch.tensor(x, dtype=dtype, device=self.device)  # noqa: E731
         max_kv = max(kv_lens)
+        decode = self.native and all(c.n == 1 for c in plan.chunks)  # one row a sequence: the decode op's case
         tables, q_lens, kv_lens = as_tensor(tables), as_tensor(q_lens), as_tensor(kv_lens)
-        layout = None if self.kv.is_cuda else kernels.paged_layout(tables, q_lens, kv_lens, self.page_tokens,
-                                                                   self.dtype)
-        step = PagedStep(as_tensor(slots, torch.long), tables, q_lens, kv_lens, max_kv, layout, self.caches)
+        layout = None if self.kv.is_cuda or decode else kernels.paged_layout(tables, q_lens, kv_lens,
+                                                                             self.page_tokens, self.dtype)
+        step = PagedStep(as_tensor(slots, torch.long), tables, q_lens, kv_lens, max_kv, layout, self.caches, decode)
         ids, positions = as_tensor(ids, torch.long), as_tensor(positions, torch.long)
         rows = as_tensor(sample_rows, torch.long)
         if self.lean is not None:

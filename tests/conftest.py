@@ -46,6 +46,18 @@ def words() -> Callable[[str], set[str]]:
 
 
 @pytest.fixture(scope="session")
+def native_kernels():
+    """The C++ CPU kernels, built here if set-up did not (skipped only where no compiler exists)."""
+    from kernels import native
+
+    if native.compiler() is None:
+        pytest.skip("no C++ compiler: the kernels cannot be built on this machine")
+    native.build()
+    native.load.cache_clear()
+    assert native.load()
+
+
+@pytest.fixture(scope="session")
 def llm():
     """The embedded LLM as (model, tokenizer), float32."""
     from voicepipe.models import load_llm

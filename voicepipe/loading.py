@@ -24,12 +24,12 @@ if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a com
 
 log = logging.getLogger("voicepipe")
 
-# Chosen by measurement (docs/performance.md): int8 weights decode about twice as fast on a CPU, at 0.5%
-# more perplexity; "fp32" gives exactly what transformers' `generate` gives. On CUDA, bf16 (int8 is fbgemm's,
-# a CPU kernel). An engine given no precision takes these (scheduler.device.default_precision).
+# Chosen by measurement (docs/decode.md): int8 weights decode several times faster on a CPU, at 0.6%
+# more perplexity; "fp32" gives exactly what transformers' `generate` gives. On CUDA, bf16 (int8 and int4
+# are CPU kernels). An engine given no precision takes these (scheduler.device.default_precision).
 DEFAULT_PRECISION = "int8"
 CUDA_PRECISION = "bf16"
-PRECISIONS = ("fp32", "int8", "bf16", "fp16")
+PRECISIONS = ("fp32", "int8", "int4", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 ASR_BATCH = 8  # final passes per job: more would hold the device longer than one realtime step should
 # The job kinds a call's pipeline submits (the metrics' `kind` label).

@@ -23,6 +23,6 @@ def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
     parser.add_argument("--llm-precision", choices=PRECISIONS, default=None,
                         help=f"weights of the engine's LLM (default: {DEFAULT_PRECISION} on a CPU, {CUDA_PRECISION} "
-                             "on CUDA; int8 runs on CPUs only)")
+                             "on CUDA; int8 and int4 run on CPUs only)")
     parser.add_argument("--device", type=usable_device, choices=DEVICES, default="auto",
                         help="where the LLM runs: auto (CUDA when torch sees one, default), cpu or cuda")

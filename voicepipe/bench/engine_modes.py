@@ -154,18 +154,30 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def step_weight_bytes(engine: Engine) -> int:
+    """Bytes of weights one decode step reads: every tensor of the lean model's layers, norms and head as
+    the engine holds them (quantized codes and their scales), each once, but not the input embedding, of
+    which a step reads a row a token. A model the lean forward cannot run counts all its parameters."""
+    lean = engine.runner.lean
+    if lean is None:
+        return sum(p.numel() * p.element_size() for p in engine.runner.model.parameters())
+    tensors = {t.data_ptr(): t.numel() * t.element_size() for m in lean.modules() if m is not lean.embed
+               for t in (*m.parameters(recurse=False), *m.buffers(recurse=False))}
+    return sum(tensors.values())
+
+
 def decode_roofline(model, tokenizer, precision: str = "fp32", tokens: int = 32,
                     prompt_ids: list[int] | None = None, settings: dict | None = None) -> dict:
     """Batch-1 decode speed next to the limit set by reading every weight once per token.
 
-    The weights are counted in the dtype the engine runs them in; int8 weights read a quarter of float32's
-    bytes (the linear layers hold nearly all of them), so the limit is four times higher. The bandwidth is
-    measured on the model's device over a buffer as large as the weights (at most 4 GiB).
+    The weights are counted as the engine holds them (`step_weight_bytes`): int8 codes read a quarter of
+    float32's bytes, int4 codes with their group scales about a sixth, so the limit is that much higher. The
+    bandwidth is measured on the model's device over a buffer as large as the model (at most 4 GiB).
     """
     engine = Engine(model, tokenizer, EngineConfig(num_slabs=2, precision=precision, **(settings or {})))
     device = next(model.parameters()).device
     run_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    weight_bytes = run_bytes // 4 if precision == "int8" else run_bytes
+    weight_bytes = step_weight_bytes(engine)
     bandwidth = measure_bandwidth(device, min(run_bytes, 4 << 30))
     prompt = prompt_ids if prompt_ids is not None else tokenizer.encode("Once upon a time")
     seq = engine.add_request(Sequence(prompt, SamplingParams(max_tokens=tokens, ignore_eos=True)))

@@ -109,6 +109,36 @@ def add_ipc_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser)
 
 
+def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
+    add_llm_model_arguments(parser)
+    parser.add_argument("--batches", default="1,16", help="comma-separated decode batch sizes (default 1,16)")
+    parser.add_argument("--context", type=int, default=64, help="prompt tokens before the decodes (default 64)")
+    parser.add_argument("--threads", type=int, help="torch's threads (default: torch's own, one per core)")
+    add_json_argument(parser)
+
+
+def run_decode_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from voicepipe.bench.decode_profile import print_profile, profile_decode
+    from voicepipe.bench.engine_setup import engine_settings
+    from voicepipe.models import load_llm
+
+    args.kv_dtype, args.kv_gib, args.static_batch_size = "auto", None, None
+    precision = engine_settings(args)["precision"]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_llm(args.llm_model)
+    report = {"machine": machine(), "profiles": []}
+    for batch in (int(b) for b in args.batches.split(",") if b):
+        result = profile_decode(model, tokenizer, precision, batch, args.context)
+        print_profile(result)
+        report["profiles"].append(result)
+    if args.json:
+        save(report, args.json)
+    return 0
+
+
 def run_convoy_bench(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -248,6 +278,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                                        "turn detection mode"),
         (add_grammar_arguments, "grammar", "constrained decoding: outputs validated against their schemas, and "
                                            "its cost beside unconstrained requests"),
+        (add_decode_arguments, "decode", "where a decode step's time goes, part by part, at fixed batches"),
         (add_json_argument, "convoy", "the same model steps alone and beside a busy server, the engine on a "
                                       "thread and in its own process"),
         (add_soak_arguments, "soak", "calls, text, tools, structured outputs, hostile clients and schemas together "
@@ -262,5 +293,6 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
             "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
-            "turns": run_turns_bench, "grammar": run_grammar_bench, "soak": run_soak_bench}
+            "turns": run_turns_bench, "grammar": run_grammar_bench, "soak": run_soak_bench,
+            "decode": run_decode_bench}
     return runs[args.bench](args)

@@ -1,0 +1,158 @@
+"""`voicepipe bench decode`: where a decode step's time goes, part by part, at a fixed batch.
+
+Every part of the step (the linear layers, norms, rotary embedding, KV writes, attention, the layers' own
+glue, the runner's step metadata, sampling, the planner and the step records) is timed by wall clock, each
+part's time exclusive of the parts it calls, by wrapping the engine's own objects in this process only.
+The wrappers cost about a microsecond each, which the report shows as the instrumented step's time beside the
+plain one. The host's share of torch's own per-op dispatch is estimated apart: the step's op count times
+the cost of the cheapest op, measured in the same run.
+"""
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import kernels
+import scheduler.engine
+import scheduler.llama
+from scheduler import Engine, EngineConfig, SamplingParams, Sequence
+
+PARTS = ("linear", "norm", "rotary", "kv write", "attention", "layer glue", "runner host", "sampling", "planning",
+         "postprocess", "step records", "engine host")
+
+
+class PartClock:
+    """Exclusive wall time per part: time in a part's callees is charged to the callee's part."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._stack: list[list] = []  # [part, started, time charged to callees]
+
+    def wrap(self, fn: Callable, part: str) -> Callable:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            frame = [part, time.perf_counter(), 0.0]
+            self._stack.append(frame)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._stack.pop()
+                spent = time.perf_counter() - frame[1]
+                self.seconds[part] += spent - frame[2]
+                if self._stack:
+                    self._stack[-1][2] += spent
+
+        return timed
+
+
+def _patch(obj: Any, attr: str, clock: PartClock, part: str, undo: list) -> None:
+    undo.append((obj, attr, obj.__dict__.get(attr)))
+    setattr(obj, attr, clock.wrap(getattr(obj, attr), part))
+
+
+def _instrument(engine: Engine, clock: PartClock) -> list:
+    """Wrap every part of `engine`'s step; returns what `_restore` needs to undo it."""
+    undo: list = []
+    lean = engine.runner.lean
+    if lean is None:
+        raise ValueError("the decode profile reads the lean forward; this model runs transformers' modules")
+    for module in lean.modules():
+        name = type(module).__name__
+        if name == "RMSNorm":
+            _patch(module, "forward", clock, "norm", undo)
+        elif name in ("Block", "Attention", "MLP", "LeanLlama"):
+            _patch(module, "forward", clock, "layer glue", undo)
+        elif hasattr(module, "in_features"):  # every kind of linear layer
+            _patch(module, "forward", clock, "linear", undo)
+    _patch(lean, "rotary", clock, "rotary", undo)
+    for owner, attr, part in ((scheduler.llama, "rotate", "rotary"), (kernels, "write_kv", "kv write"),
+                              (kernels, "paged_attention", "attention"),
+                              (engine.runner, "run", "runner host"),
+                              (scheduler.engine, "sample_rows", "sampling"),
+                              (scheduler.engine, "probe_rows", "sampling"),
+                              (engine.planner, "plan", "planning"), (engine.planner, "postprocess", "postprocess"),
+                              (engine.metrics, "record_step", "step records"),
+                              (engine, "_model_step", "engine host")):
+        _patch(owner, attr, clock, part, undo)
+    return undo
+
+
+def _restore(undo: list) -> None:
+    for obj, attr, old in reversed(undo):
+        if old is None:
+            delattr(obj, attr)
+        else:
+            setattr(obj, attr, old)
+
+
+def _top_level_ops(engine: Engine) -> int:
+    """torch ops one step calls from Python (ops they call in turn not counted)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        engine.step()
+    return sum(1 for e in prof.events() if e.cpu_parent is None)
+
+
+def _decoding_engine(model, tokenizer, precision: str, batch: int, context: int, steps: int) -> Engine:
+    """An engine whose `batch` requests have prefilled a `context`-token prompt and decode from here on."""
+    engine = Engine(model, tokenizer, EngineConfig(precision=precision, max_batch_seqs=max(batch, 1),
+                                                   num_slabs=max(4, batch * (context + steps) // 256 + 2)))
+    prompt = (tokenizer.encode("Once upon a time, ") * context)[:context]
+    seqs = [engine.add_request(Sequence(prompt, SamplingParams(max_tokens=steps, ignore_eos=True)))
+            for _ in range(batch)]
+    while min(len(s.output_ids) for s in seqs) < 2:
+        engine.step()
+    return engine
+
+
+def _steps_per_second(engine: Engine, steps: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    return steps / (time.perf_counter() - t0)
+
+
+def _dispatch_cost(repeats: int = 2000) -> float:
+    """Seconds of one call of the cheapest torch op from Python (an add of one-element tensors)."""
+    a, b = torch.ones(1), torch.ones(1)
+    for _ in range(100):
+        torch.add(a, b)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        torch.add(a, b)
+    return (time.perf_counter() - t0) / repeats
+
+
+def profile_decode(model, tokenizer, precision: str, batch: int, context: int = 64, steps: int = 16,
+                   rounds: int = 3) -> dict:
+    """Milliseconds per decode step by part, for `batch` sequences `context` tokens into their answer; the
+    plain step's time is the best of `rounds`, the parts' the mean over all instrumented steps."""
+    engine = _decoding_engine(model, tokenizer, precision, batch, context, steps * (2 * rounds + 1) + 8)
+    clock, plain, instrumented = PartClock(), [], []
+    with torch.inference_mode():
+        _steps_per_second(engine, 4)  # warm up
+        ops = _top_level_ops(engine)
+        for _ in range(rounds):  # alternated, so that a noisy neighbour falls on both alike
+            plain.append(1e3 / _steps_per_second(engine, steps))
+            undo = _instrument(engine, clock)
+            try:
+                instrumented.append(1e3 / _steps_per_second(engine, steps))
+            finally:
+                _restore(undo)
+        dispatch = _dispatch_cost()
+    parts = {p: 1e3 * clock.seconds.get(p, 0.0) / (steps * rounds) for p in PARTS}
+    return {"precision": precision, "batch": batch, "context": context, "step_ms": min(plain),
+            "instrumented_step_ms": sum(parts.values()), "parts_ms": parts, "ops_per_step": ops,
+            "dispatch_ms_estimate": 1e3 * ops * dispatch}
+
+
+def print_profile(result: dict) -> None:
+    step = result["instrumented_step_ms"]
+    print(f"\n{result['precision']} batch {result['batch']}: {result['step_ms']:.2f} ms a step "
+          f"({result['batch'] * 1e3 / result['step_ms']:.1f} tok/s), {step:.2f} ms instrumented")
+    for part, ms in result["parts_ms"].items():
+        print(f"  {part:14}{ms:8.2f} ms  {100 * ms / step:5.1f}%")
+    print(f"  torch ops a step: {result['ops_per_step']}, their dispatch from Python about "
+          f"{result['dispatch_ms_estimate']:.2f} ms ({100 * result['dispatch_ms_estimate'] / step:.0f}%, within the "
+          "parts above)")
