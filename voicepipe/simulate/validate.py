@@ -31,7 +31,7 @@ from voicepipe.simulate.run import simulate
 log = logging.getLogger(__name__)
 FIGURES = (("text", "throughput_tok_s"), ("text", "ttft_p50_s"), ("text", "ttft_p99_s"), ("text", "latency_p50_s"),
            ("text", "latency_p99_s"), ("calls", "ttfa_p50_s"), ("calls", "ttfa_p99_s"), ("calls", "on_time_rate"))
-# The targets: 10% on throughput and the p50s, 20% on the p99s.
+# What the simulator is held to: 10% on throughput and the p50s, 20% on the p99s.
 TARGETS = {"throughput_tok_s": 0.10, "ttft_p50_s": 0.10, "latency_p50_s": 0.10, "ttft_p99_s": 0.20,
            "latency_p99_s": 0.20, "ttfa_p50_s": 0.10, "ttfa_p99_s": 0.20, "on_time_rate": 0.10}
 
