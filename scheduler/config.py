@@ -38,8 +38,8 @@ class EngineConfig:
     # While calls are live (`Engine.open_session`), the prefill tokens a step may carry for other requests
     # (o4): a turn's first work waits for the step in flight, so that step must be short.
     live_prefill_tokens: int = 64
-    # While a caller may be finishing (a hint, `Engine.expect`: from their speech and their first silence
-    # until the turn's first audio), each step carries at most this much other work (o4): the end-of-turn pass, the
+    # While a caller may be finishing (a hint, `Engine.expect`: from their first silence until the turn's
+    # first audio), each step carries at most this much other work (o4): the end-of-turn pass, the
     # decision and the reply's first steps then wait behind a short step, not a wide one.
     expect_prefill_tokens: int = 16
     expect_background_seqs: int = 8

@@ -117,8 +117,8 @@ class O4(Policy):
       with every sequence in it, so a reply about to miss its deadline gets the device's shortest steps.
     - `deadline_near`: a realtime deadline is within two pressing windows: other prefill takes at most
       `realtime_prefill_tokens` of a step.
-    - `expecting`: a caller may be finishing their turn (`expect`: they are speaking, or their VAD heard
-      them fall silent; until the turn's first audio or its deadline): a step carries at most `expect_background_seqs` other
+    - `expecting`: a caller may be finishing their turn (`expect`: their VAD heard the first silence, until
+      the turn's first audio or its deadline): a step carries at most `expect_background_seqs` other
       sequences and `expect_prefill_tokens` of other prefill. The end-of-turn ASR pass and the reply's
       prefill each wait first for the step in flight, and a wide decode batch beside a long prompt is the
       longest step there is. Decodes take turns (the one that waited longest goes first), so each stream
