@@ -9,7 +9,7 @@ import pytest
 from fake_call import QUESTION, SECOND, Call
 
 from voicepipe.pipeline.end_of_turn import is_backchannel, judge_prompt, sentence_end_tokens, unpunctuated
-from voicepipe.pipeline.events import AudioIn, ClearRequested, CommitRequested, ResponseRequested
+from voicepipe.pipeline.events import AudioIn, CommitRequested, ResponseRequested
 from voicepipe.protocol import ServerEvent
 from voicepipe.turn_detection import TurnDetection
 from voicepipe.vad import SAMPLE_RATE, WINDOW, Boundary
@@ -92,25 +92,22 @@ async def test_a_turn_is_timed_from_the_callers_last_voiced_frame():
     await call.close()
 
 
-async def test_the_engine_expects_the_caller_from_their_speech_until_the_first_audio():
+async def test_the_engine_expects_the_caller_from_their_first_silence_until_the_first_audio():
     call = Call()
     scripted(call, [speech(30, pause=True)])
     await feed(call)
     hints = call.engine.expected
-    assert [until is None for _, until in hints] == [False, False, True]  # speech, silence, then released
-    assert hints[1][1] == pytest.approx(call.speculative().deadlines[0])  # from the silence: the deadline
+    assert [until is None for _, until in hints] == [False, True]  # told at the silence, then released
+    assert hints[0][1] == pytest.approx(call.speculative().deadlines[0])  # until the turn's deadline
     await call.close()
 
 
-async def test_the_engine_goes_on_expecting_a_caller_who_speaks_on_and_stops_when_they_clear_it():
+async def test_the_engine_stops_expecting_a_caller_who_speaks_on():
     call = Call()
     call.asr.text = "What is the capital of"
     scripted(call, [speech(30, pause=True), [Boundary("audio", 40 * WINDOW, np.ones(WINDOW, np.float32), True)]])
     await feed(call, 2)
-    _, until = call.engine.expected[-1]  # speech came back: the turn may end at the next pause
-    assert until is not None and until > call.speculative().deadlines[0]
-    await call.push(ClearRequested())
-    assert call.engine.expected[-1] == ("call", None)  # the caller's audio was dropped: nothing to expect
+    assert call.engine.expected[-1] == ("call", None)  # speech came back: no turn is ending
     await call.close()
 
 

@@ -57,10 +57,6 @@ from voicepipe.pipeline.heard import Heard, RecentReplies
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn
 
-# While the caller speaks the engine expects them (their turn may end at any pause, and the step in flight
-# then is the one its first work waits behind); an utterance longer than this lapses until its next silence.
-SPEAKING_HINT_S = 8.0
-
 
 class LLMStage(Stage):
     """Starts a turn for each final transcript, cancels it when the caller speaks words over it, and
@@ -76,7 +72,7 @@ class LLMStage(Stage):
     If the final transcript is the same, the turn is confirmed (its messages join the conversation, what
     it held back is released); if the caller speaks again, it is dropped before anything of it was sent.
 
-    Every turn is timed from the caller's last voiced frame. From the moment the caller speaks until the
+    Every turn is timed from the caller's last voiced frame. From the caller's first silence until the
     turn's first audio, the engine is told to expect them (`EngineClient.expect`), so the work of that
     turn never waits behind a long step.
 
@@ -108,13 +104,10 @@ class LLMStage(Stage):
     async def process(self, event: Event) -> None:
         self.emit(event)
         detection = self.config.turn_detection
-        expecting = not detection.manual and detection.create_response
         if isinstance(event, SpeechQuiet):
-            if expecting:
+            if not detection.manual and detection.create_response:
                 self.engine.expect(self.call_id, event.speech_end + self.config.ttfa_s)
         elif isinstance(event, SpeechStarted):
-            if expecting:
-                self.engine.expect(self.call_id, event.at + SPEAKING_HINT_S)
             self._user_speaking, self._called_for = True, None
             self._drop_speculation()
             if not self._primed:
@@ -141,8 +134,7 @@ class LLMStage(Stage):
             if detection.semantic and not judged:
                 self.spawn(self._judge(event))
         elif isinstance(event, SpeechResumed | InputCleared):
-            resumed = isinstance(event, SpeechResumed) and expecting
-            self.engine.expect(self.call_id, time.monotonic() + SPEAKING_HINT_S if resumed else None)
+            self.engine.expect(self.call_id, None)
             self._drop_speculation()
             if isinstance(event, InputCleared) and event.item_id is not None:
                 self._barging(event.item_id, "", final=True)  # speech dropped unheard: the reply goes on
