@@ -192,6 +192,8 @@ async def hostile_realtime(port: int, items: int, stop: asyncio.Event, tally: Ta
                 for n in range(items):
                     await ws.send(json.dumps({"type": "conversation.item.create", "item": {
                         "type": "message", "role": "user", "content": [{"type": "input_text", "text": f"note {n}"}]}}))
+                    if n % 100 == 99:  # a send to a writable socket returns at once: the server's loop is ours too
+                        await asyncio.sleep(0)
                 await ws.send(json.dumps({"type": "response.create", "response": {
                     "output_modalities": ["text"], "max_output_tokens": 8}}))
                 while (event := json.loads(await asyncio.wait_for(ws.recv(), 300)))["type"] != "response.done":
@@ -217,15 +219,15 @@ async def health(port: int, stop: asyncio.Event, tally: Tally) -> None:
     await until_stopped(stop, 0.25, one)
 
 
-async def chat_probe(client: openai.AsyncOpenAI, stop: asyncio.Event, tally: Tally, kind: str = "probe:chat") -> None:
+async def chat_probe(client: openai.AsyncOpenAI, stop: asyncio.Event, tally: Tally) -> None:
     """A short whole answer every few seconds: another client's latency, beside whatever else runs."""
     async def one() -> None:
         started = time.monotonic()
         try:
             await client.chat.completions.create(**chat_body(max_tokens=8, temperature=0))
         except openai.APIError as e:
-            tally.add(kind, started, False, str(e))
+            tally.add("probe:chat", started, False, str(e))
             return
-        tally.add(kind, started, True)
+        tally.add("probe:chat", started, True)
 
     await until_stopped(stop, 2.0, one)
