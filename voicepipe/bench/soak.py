@@ -141,7 +141,9 @@ async def bench_soak(minutes: float, calls: int = 1, streams: int = 2, items: in
     summary["targets_met"] = {name: summary[name] <= bound for name, bound in TARGETS.items()}
     return {"minutes": minutes, "calls": calls, "streams": streams, "items": items, "engine": "process",
             "at_start": at_start, "at_end": at_end, "hostile_alone": hostile_alone, "windows": windows,
-            "whole": whole, "summary": summary, "targets": TARGETS}
+            "whole": whole, "summary": summary, "targets": TARGETS,
+            "failures": [{"kind": r.kind, "seconds": r.seconds, "detail": r.detail} for r in tally.records
+                         if not r.ok][:100]}
 
 
 def print_soak(report: dict) -> None:
