@@ -66,7 +66,7 @@ class EngineConfig:
     # Grammars (constrained decoding) compile in a worker process: one that takes longer than this, or
     # grows the worker by more than this many bytes, is abandoned and its request refused
     # (grammar_too_complex); compiled ones are kept by their text, this many and this many bytes at most.
-    grammar_budget_s: float = 2.0
+    grammar_budget_s: float = 1.5
     grammar_memory_bytes: int = 1 << 30
     grammar_cache_entries: int = 256
     grammar_cache_bytes: int = 256 << 20

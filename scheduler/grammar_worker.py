@@ -36,7 +36,7 @@ from scheduler.grammar_cache import Key
 log = logging.getLogger(__name__)
 JSON_OBJECT = '{"type": "object"}'  # any object: OpenAI's json_object mode
 NICENESS = 5  # compiles are throughput work: the engine's steps and the server go first
-WALL_FACTOR = 2.5  # a compile that has not finished in this many budgets of wall-clock time is abandoned too
+WALL_FACTOR = 2.0  # a compile that has not finished in this many budgets of wall-clock time is abandoned too
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")
 # The seed's entry, given its socket's descriptor (not `-m`: the package imports this module first).

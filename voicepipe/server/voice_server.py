@@ -23,6 +23,7 @@ from voicepipe.server.metrics import call_metrics
 from voicepipe.server.security import Access, Security
 from voicepipe.server.websocket import WebSocketLine
 from voicepipe.session import Session
+from voicepipe.vad import SileroVAD
 from voicepipe.web_files import WEB_DIR
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class VoiceServer:
         self.uvicorn.lifespan = config.lifespan_class(config)
         self.sockets = [sock]
         await self.uvicorn.startup(sockets=[sock])
+        SileroVAD()  # the calls' shared VAD session loads now (0.15-0.4 s here), not on the first call's loop
         freeze_heap()
         self.loop_lag.start()
 
