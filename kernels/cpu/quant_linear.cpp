@@ -30,6 +30,9 @@ using voicepipe::vf;
 constexpr int PANEL = 64;          // output columns per panel
 constexpr int NV = PANEL / LANES;  // vectors across a panel
 constexpr int MAX_ROWS = 6;        // activation rows per register tile (NV * MAX_ROWS accumulators)
+// Bytes ahead of the reads that one row's loops ask the cache for: with int4's decoding, the hardware's own
+// prefetch fell behind (1 thread, the whole model's layers at batch 1: 17 -> 8.5 ms).
+constexpr int AHEAD = 2048;
 
 // 16 bytes widened to 16 int32 lanes (the compiler's generic vector conversions come out scalar, so
 // intrinsics), then to floats. A byte of int4 codes is split after widening: its low nibble is k, its high
@@ -102,6 +105,8 @@ void int8_tile(const float* x, int64_t ldx, const int8_t* w, int64_t K, vf acc[]
     int64_t k = 0;
     for (; k + 1 < K; k += 2) {
       const vf x0 = vf{} + x[k], x1 = vf{} + x[k + 1];
+      __builtin_prefetch(w + k * PANEL + AHEAD);
+      __builtin_prefetch(w + (k + 1) * PANEL + AHEAD);
       for (int j = 0; j < NV; ++j) {
         acc[0][j] += x0 * s8_to_f(w + k * PANEL + j * LANES);
         odd[j] += x1 * s8_to_f(w + (k + 1) * PANEL + j * LANES);
@@ -134,6 +139,7 @@ void int4_row(const float* x, const float* xsum, const uint8_t* w, const float* 
     vf even[NV] = {}, odd[NV] = {};  // k and k + 1 apart: twice the chains in flight
     for (int64_t k = g * group; k < (g + 1) * group; k += 2) {
       const vf x0 = vf{} + x[k], x1 = vf{} + x[k + 1];
+      __builtin_prefetch(w + (k / 2) * PANEL + AHEAD);
       for (int j = 0; j < NV; ++j) {
         const wide b = widen_u8(load16(w + (k / 2) * PANEL + j * LANES));
         even[j] += x0 * to_f(low_nibble(b));
@@ -151,6 +157,7 @@ void int4_decode_panel(const uint8_t* w, const float* scales, const float* mins,
                        float* out) {
   for (int64_t k = 0; k < K; k += 2) {
     const int64_t g = k / group;
+    __builtin_prefetch(w + (k / 2) * PANEL + AHEAD);
     for (int j = 0; j < NV; ++j) {
       const wide b = widen_u8(load16(w + (k / 2) * PANEL + j * LANES));
       const vf s = load_f(scales + g * PANEL + j * LANES), mn = load_f(mins + g * PANEL + j * LANES);
