@@ -17,8 +17,8 @@ import torch
 
 import kernels
 import scheduler.engine
-from kernels import decode_ops
 import scheduler.llama
+from kernels import decode_ops
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 
 PARTS = ("linear", "norm", "rotary", "kv write", "rotary + kv write", "attention", "silu * up", "layer glue",
