@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 SOURCE_DIR = Path(__file__).parent / "cpu"
 SOURCES = tuple(sorted(SOURCE_DIR.glob("*.cpp")))
 HEADERS = tuple(sorted(SOURCE_DIR.glob("*.h")))
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-Wall")
+FLAGS = ("-O3", "-march=native", "-std=c++20", "-shared", "-fPIC", "-fopenmp", "-Wall")
 
 
 def cache_dir() -> Path:

@@ -3,7 +3,7 @@
 Output columns are grouped in panels of PANEL; inside a panel the weights are k-major (for each input index,
 the panel's PANEL weights side by side), so a panel streams from memory in order and one load feeds every
 vector of accumulators. Columns past the layer's width are zero padding, never written out. int4 codes
-go two to a byte (k even low, k + 1 high), with one scale and one minimum per group of k and column.
+go two to a byte (k even low, k + 1 high), with one float16 scale and minimum per group of k and column.
 """
 
 import torch
@@ -27,10 +27,11 @@ def pack_int8(codes: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def pack_int4(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Codes 0..15 [N, K] with a scale and a minimum per group [N, K / group] as the int4 kernel reads them."""
+    """Codes 0..15 [N, K] with a scale and a minimum per group [N, K / group] (float16 values) as the int4
+    kernel reads them."""
     codes = codes.to(torch.uint8)
     pairs = codes[:, 0::2] | (codes[:, 1::2] << 4)
-    return _panels(pairs), _panels(scales.float()), _panels(mins.float())
+    return _panels(pairs), _panels(scales.half()), _panels(mins.half())
 
 
 def int8_linear(x: torch.Tensor, panels: torch.Tensor, scale: torch.Tensor, n: int, bias: torch.Tensor | None = None,

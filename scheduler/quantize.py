@@ -80,9 +80,13 @@ class Int4Linear(QuantizedLinear):
             raise ValueError(f"int4 groups of {group} do not divide {self.in_features} inputs")
         self.group = group
         weight = linear.weight.detach().float().view(self.out_features, -1, group)
+        # Scales and minimums are stored as float16 (their bytes are a tenth of the layer's): the codes are
+        # rounded against the stored values.
         low, high = weight.amin(dim=-1), weight.amax(dim=-1)
-        scales = ((high - low) / 15).clamp(min=torch.finfo(torch.float32).tiny)
-        codes = torch.round((weight - low[..., None]) / scales[..., None]).clamp(0, 15)
+        low = low.half().float()
+        scales = ((high - low) / 15).half().float()
+        codes = torch.round((weight - low[..., None]) / scales[..., None].clamp(min=torch.finfo(torch.float16).tiny))
+        codes = codes.clamp(0, 15)
         if self.fast:
             self.keep(zip(("panels", "scales", "mins"), packing.pack_int4(codes.flatten(1), scales, low),
                           strict=True))

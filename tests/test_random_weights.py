@@ -71,3 +71,17 @@ def test_bench_engine_runs_on_random_weights(tmp_path):
     # ignore_eos and fixed lengths: every mode produced the same number of tokens
     assert report["modes"]["static"]["tokens"] == report["modes"]["o4"]["tokens"] == sum(
         w.max_tokens for w in Workload(12, (32, 128), (8, 48)).token_items(512))
+
+
+def test_bench_engine_measures_each_precision_in_one_run(tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench_main(["engine", "--random-weights", "tiny", "--device", "cpu", "--llm-precision", "fp32", "--quick",
+                       "--modes", "o4", "--workloads", "mixed", "--precisions", "fp32,int8,int4",
+                       "--json", str(out)]) == 0
+    table = json.loads(out.read_text())["precisions"]
+    rows = table["by_precision"]
+    assert list(rows) == ["fp32", "int8", "int4"] and table["hf_static_32_tok_s"] > 0
+    assert rows["fp32"]["weight_bytes"] > rows["int8"]["weight_bytes"] > rows["int4"]["weight_bytes"]
+    for row in rows.values():
+        assert row["batch1_decode_tok_s"] > 0 and row["batch16_decode_tok_s"] > 0 and row["all_at_once_tok_s"] > 0
+        assert row["all_at_once_vs_hf_static_32"] == row["all_at_once_tok_s"] / table["hf_static_32_tok_s"]

@@ -2,6 +2,8 @@
 // where not) and the few operations on them that the kernels share.
 #pragma once
 
+#include <immintrin.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -28,6 +30,20 @@ inline float sum_lanes(vf v) {
                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
   const vf4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
   return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+// 16 float16 values widened to float32 (F16C, or AVX-512's form of it).
+inline vf load_h(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+#if defined(__AVX512F__)
+  return (vf)_mm512_cvtph_ps(h);
+#else
+  vf v;
+  const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  std::memcpy(&v, &lo, sizeof lo);
+  std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
+  return v;
+#endif
 }
 
 // e^x to about 2 ulp (Cephes' single-precision polynomial after reducing x by multiples of ln 2); inputs

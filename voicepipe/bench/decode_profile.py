@@ -18,10 +18,11 @@ import torch
 import kernels
 import scheduler.engine
 import scheduler.llama
+from kernels import decode_ops
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 
-PARTS = ("linear", "norm", "rotary", "kv write", "attention", "layer glue", "runner host", "sampling", "planning",
-         "postprocess", "step records", "engine host")
+PARTS = ("linear", "norm", "rotary", "kv write", "rotary + kv write", "attention", "silu * up", "layer glue",
+         "runner host", "sampling", "planning", "postprocess", "step records", "engine host")
 
 
 class PartClock:
@@ -60,7 +61,7 @@ def _instrument(engine: Engine, clock: PartClock) -> list:
         raise ValueError("the decode profile reads the lean forward; this model runs transformers' modules")
     for module in lean.modules():
         name = type(module).__name__
-        if name == "RMSNorm":
+        if name == "RMSNorm":  # its C++ op too, called inside it
             _patch(module, "forward", clock, "norm", undo)
         elif name in ("Block", "Attention", "MLP", "LeanLlama"):
             _patch(module, "forward", clock, "layer glue", undo)
@@ -69,6 +70,8 @@ def _instrument(engine: Engine, clock: PartClock) -> list:
     _patch(lean, "rotary", clock, "rotary", undo)
     for owner, attr, part in ((scheduler.llama, "rotate", "rotary"), (kernels, "write_kv", "kv write"),
                               (kernels, "paged_attention", "attention"),
+                              (decode_ops, "rotary_write_kv", "rotary + kv write"),
+                              (decode_ops, "decode_attention", "attention"), (decode_ops, "silu_mul", "silu * up"),
                               (engine.runner, "run", "runner host"),
                               (scheduler.engine, "sample_rows", "sampling"),
                               (scheduler.engine, "probe_rows", "sampling"),

@@ -30,6 +30,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-seqs", type=int, help="sequences per step (default: the engine's)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated subset of {','.join(WORKLOADS)} (mixed always runs)")
+    parser.add_argument("--precisions", metavar="LIST",
+                        help="comma-separated weight precisions (e.g. fp32,int8,int4), each measured in this run: "
+                             "batch-1 and batch-16 decode against the bandwidth limit, and all-at-once "
+                             "throughput against transformers' generate in static batches of 32")
     add_engine_setup_arguments(parser)
 
 
@@ -142,7 +146,13 @@ def run_engine_bench(args: argparse.Namespace) -> int:
         r = report["roofline"]
         print(f"\nbatch-1 decode {r['batch1_decode_tok_s']:.1f} tok/s; bandwidth limit {r['limit_tok_s']:.1f} tok/s "
               f"({r['bandwidth_gb_s']:.1f} GB/s over {r['weight_bytes'] / 1e6:.0f} MB of weights): "
-              f"{r['ratio_of_limit']:.2f} of the limit")
+              f"{r['ratio_of_limit']:.2f} of the limit; batch-16 decode {r['batch16_decode_tok_s']:.1f} tok/s: "
+              f"{r['batch16_ratio_of_limit']:.2f} of its limit")
+        if args.precisions:
+            hf = report.get("all_at_once", {}).get("modes", {}).get("hf_static")
+            report["precisions"] = compare_precisions(model, tokenizer, args.precisions.split(","), settings,
+                                                      loads["all_at_once"], hf)
+            print_precisions(report["precisions"])
         ratios = ratios_of(report["modes"])
         if "all_at_once" in report:
             ratios.update({f"all_at_once_{k}": v for k, v in ratios_of(report["all_at_once"]["modes"]).items()})
@@ -156,6 +166,40 @@ def run_engine_bench(args: argparse.Namespace) -> int:
 
         plot_report(report, args.plot)
     return 0
+
+
+def compare_precisions(model, tokenizer, precisions: list[str], settings: dict, load: Workload,
+                       hf_static: dict | None) -> dict:
+    """For each precision: decode at batch 1 and 16 against the bandwidth limit, and all-at-once throughput
+    (W, o4) against transformers' `generate` in static batches of 32 (`hf_static`, run here if not given)."""
+    from scheduler import EngineConfig
+    from scheduler.device import check_precision, resolve_device
+    from voicepipe.bench.engine_modes import decode_roofline, run_engine, run_hf_static
+    from voicepipe.bench.engine_setup import items_for, release_device_memory, roofline_prompt
+
+    for precision in precisions:  # all checked before anything runs
+        check_precision(resolve_device(settings["device"]), precision)
+    items = items_for(load, tokenizer)
+    hf = (hf_static or run_hf_static(model, tokenizer, items, batch_size=32))["throughput_tok_s"]
+    rows = {}
+    for precision in precisions:
+        release_device_memory()
+        roof = decode_roofline(model, tokenizer, precision, prompt_ids=roofline_prompt(tokenizer),
+                               settings={"device": settings["device"], "kv_dtype": settings["kv_dtype"]})
+        w = run_engine(model, tokenizer, items, EngineConfig(**{**settings, "policy": "o4", "precision": precision}))
+        rows[precision] = {**roof, "all_at_once_tok_s": w["throughput_tok_s"],
+                           "all_at_once_vs_hf_static_32": w["throughput_tok_s"] / hf}
+    return {"workload": load.describe(), "hf_static_32_tok_s": hf, "by_precision": rows}
+
+
+def print_precisions(table: dict) -> None:
+    print(f"\nprecisions, this run (generate static-32, all at once: {table['hf_static_32_tok_s']:.1f} tok/s)")
+    print(f"{'precision':10}{'MB/step':>9}{'limit tok/s':>12}{'batch 1':>9}{'of limit':>9}{'batch 16':>10}"
+          f"{'of limit':>9}{'W tok/s':>9}{'W/generate':>11}")
+    for precision, r in table["by_precision"].items():
+        print(f"{precision:10}{r['weight_bytes'] / 1e6:9.0f}{r['limit_tok_s']:12.1f}{r['batch1_decode_tok_s']:9.1f}"
+              f"{r['ratio_of_limit']:9.2f}{r['batch16_decode_tok_s']:10.1f}{r['batch16_ratio_of_limit']:9.2f}"
+              f"{r['all_at_once_tok_s']:9.1f}{r['all_at_once_vs_hf_static_32']:11.2f}")
 
 
 def ratios_of(modes: dict) -> dict:

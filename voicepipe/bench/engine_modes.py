@@ -167,27 +167,34 @@ def step_weight_bytes(engine: Engine) -> int:
 
 
 def decode_roofline(model, tokenizer, precision: str = "fp32", tokens: int = 32,
-                    prompt_ids: list[int] | None = None, settings: dict | None = None) -> dict:
-    """Batch-1 decode speed next to the limit set by reading every weight once per token.
+                    prompt_ids: list[int] | None = None, settings: dict | None = None,
+                    batches: tuple[int, ...] = (1, 16)) -> dict:
+    """Decode speed at each of `batches` next to the limit set by reading every weight once per step.
 
     The weights are counted as the engine holds them (`step_weight_bytes`): int8 codes read a quarter of
-    float32's bytes, int4 codes with their group scales about a sixth, so the limit is that much higher. The
-    bandwidth is measured on the model's device over a buffer as large as the model (at most 4 GiB).
+    float32's bytes, int4 codes with their group scales about a sixth, so the limit is that much higher. A
+    step of B decodes reads the weights once for all B, so its limit is B times batch 1's (the KV cache's
+    reads, small beside the weights at these lengths, are not counted). The bandwidth is measured on the
+    model's device over a buffer as large as the model (at most 4 GiB).
     """
-    engine = Engine(model, tokenizer, EngineConfig(num_slabs=2, precision=precision, **(settings or {})))
+    engine = Engine(model, tokenizer, EngineConfig(num_slabs=4, precision=precision, **(settings or {})))
     device = next(model.parameters()).device
     run_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     weight_bytes = step_weight_bytes(engine)
     bandwidth = measure_bandwidth(device, min(run_bytes, 4 << 30))
     prompt = prompt_ids if prompt_ids is not None else tokenizer.encode("Once upon a time")
-    seq = engine.add_request(Sequence(prompt, SamplingParams(max_tokens=tokens, ignore_eos=True)))
-    while len(seq.output_ids) < 2:
-        engine.step()
-    t0 = time.perf_counter()
-    while engine.step():
-        pass
-    tok_s = (tokens - 2) / (time.perf_counter() - t0)
     limit = bandwidth / weight_bytes
-    return {"precision": precision, "weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
-            "limit_tok_s": limit,
-            "batch1_decode_tok_s": tok_s, "ratio_of_limit": tok_s / limit}
+    result = {"precision": precision, "weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
+              "limit_tok_s": limit}
+    for batch in batches:
+        seqs = [engine.add_request(Sequence(prompt, SamplingParams(max_tokens=tokens, ignore_eos=True)))
+                for _ in range(batch)]
+        while min(len(s.output_ids) for s in seqs) < 2:
+            engine.step()
+        t0 = time.perf_counter()
+        while engine.step():
+            pass
+        tok_s = batch * (tokens - 2) / (time.perf_counter() - t0)
+        result[f"batch{batch}_decode_tok_s"] = tok_s
+        result["ratio_of_limit" if batch == 1 else f"batch{batch}_ratio_of_limit"] = tok_s / (batch * limit)
+    return result
