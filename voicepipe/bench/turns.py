@@ -42,8 +42,8 @@ MODES = ("server_vad", "semantic_vad")
 # -- decisions ---------------------------------------------------------------------------------------------
 async def llm_verdict(runtime: Runtime, text: str) -> float | None:
     """What a call's LLM stage would conclude at the pause from the transcript: its end probability."""
-    conversation = Conversation(CallConfig().instructions)
-    prompt = conversation.prompt_ids(runtime.tokenizer, 2048, ({"role": "user", "content": text.strip()},))
+    conversation = Conversation(CallConfig().instructions, runtime.tokenizer)
+    prompt = conversation.prompt_ids(2048, ({"role": "user", "content": text.strip()},))
     return await end_probability(runtime.engine, runtime.tokenizer, prompt, time.monotonic())
 
 
