@@ -36,7 +36,7 @@ def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig,
     seqs: list[Sequence] = []
     numbers: list[int] = []  # each sequence's item
     start = time.monotonic()
-    while pending or not engine.planner.idle:
+    while pending or not engine.planner.idle or engine.awaiting_grammar:  # a grammar compiling is work too
         now = time.monotonic()
         while pending and start + pending[0][1].arrival_s <= now:
             n, item = pending.pop(0)
