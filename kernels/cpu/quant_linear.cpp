@@ -7,13 +7,12 @@
 // PANEL weights sit side by side, so one load feeds PANEL / 16 vector accumulators and a panel streams
 // from memory in order. Threads (torch's own pool) split the panels.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <torch/library.h>
 
 #include <cstring>
 
+#include "ops.h"
 #include "vec.h"
 
 #if !defined(__AVX2__)
@@ -196,7 +195,7 @@ void over_rows(int64_t M, Tile tile) {
   }
 }
 
-at::Tensor output_for(const at::Tensor& x2, int64_t N, const c10::optional<at::Tensor>& out) {
+at::Tensor output_for(const at::Tensor& x2, int64_t N, const std::optional<at::Tensor>& out) {
   if (out.has_value()) {
     TORCH_CHECK(out->is_contiguous() && out->numel() == x2.size(0) * N && out->scalar_type() == at::kFloat,
                 "out must be a contiguous float32 tensor of the output's size");
@@ -205,7 +204,7 @@ at::Tensor output_for(const at::Tensor& x2, int64_t N, const c10::optional<at::T
   return at::empty({x2.size(0), N}, x2.options());
 }
 
-at::Tensor shaped(const at::Tensor& x, const at::Tensor& y, int64_t N, const c10::optional<at::Tensor>& out) {
+at::Tensor shaped(const at::Tensor& x, const at::Tensor& y, int64_t N, const std::optional<at::Tensor>& out) {
   if (out.has_value()) return *out;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = N;
@@ -217,10 +216,14 @@ void check_input(const at::Tensor& x, int64_t K) {
   TORCH_CHECK(x.size(-1) == K, "x's last dimension must be the layer's input size");
 }
 
+}  // namespace
+
+namespace voicepipe {
+
 // x [.., K] float32; w [N / PANEL, K, PANEL] int8; scale [N / PANEL * PANEL] float32; returns [.., N]. With
 // `out`, the result is written (or with `accumulate` added) there.
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale, int64_t N,
-                       const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& out,
+                       const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& out,
                        bool accumulate) {
   const int64_t K = w.size(1), panels = w.size(0);
   check_input(x, K);
@@ -251,8 +254,8 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 // x [.., K] float32; w [N / PANEL, K / 2, PANEL] uint8 (two codes a byte); scales and mins
 // [N / PANEL, K / group, PANEL] float16; returns [.., N], or writes to `out` as int8_linear does.
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales, const at::Tensor& mins,
-                       int64_t group, int64_t N, const c10::optional<at::Tensor>& bias,
-                       const c10::optional<at::Tensor>& out, bool accumulate) {
+                       int64_t group, int64_t N, const std::optional<at::Tensor>& bias,
+                       const std::optional<at::Tensor>& out, bool accumulate) {
   const int64_t K = w.size(1) * 2, panels = w.size(0), groups = K / group;
   check_input(x, K);
   TORCH_CHECK(w.scalar_type() == at::kByte && w.size(2) == PANEL && panels * PANEL >= N, "bad int4 panels");
@@ -294,16 +297,4 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return shaped(x, y, N, out);
 }
 
-}  // namespace
-
-TORCH_LIBRARY(voicepipe, m) {
-  m.def("int8_linear(Tensor x, Tensor w, Tensor scale, int n, Tensor? bias=None, Tensor(a!)? out=None, "
-        "bool accumulate=False) -> Tensor");
-  m.def("int4_linear(Tensor x, Tensor w, Tensor scales, Tensor mins, int group, int n, Tensor? bias=None, "
-        "Tensor(a!)? out=None, bool accumulate=False) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(voicepipe, CPU, m) {
-  m.impl("int8_linear", &int8_linear);
-  m.impl("int4_linear", &int4_linear);
-}
+}  // namespace voicepipe
