@@ -37,14 +37,13 @@ def pack_int4(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> 
     return _panels(pairs), _panels(scales.half()), _panels(mins.half())
 
 
-def int8_linear(x: torch.Tensor, panels: torch.Tensor, scale: torch.Tensor, n: int, bias: torch.Tensor | None = None,
-                out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
-    """x [.., K] float32 times the packed int8 weights: [.., n], or written (added, with `accumulate`) to `out`."""
-    return native.lib().int8_linear(x, panels, scale, n, bias, out, accumulate)
+def int8_linear(x: torch.Tensor, panels: torch.Tensor, scale: torch.Tensor, n: int,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [.., K] float32 times the packed int8 weights: [.., n]."""
+    return native.lib().int8_linear(x, panels, scale, n, bias)
 
 
 def int4_linear(x: torch.Tensor, panels: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int, n: int,
-                bias: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                accumulate: bool = False) -> torch.Tensor:
-    """x [.., K] float32 times the packed int4 weights, as `int8_linear`."""
-    return native.lib().int4_linear(x, panels, scales, mins, group, n, bias, out, accumulate)
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [.., K] float32 times the packed int4 weights: [.., n]."""
+    return native.lib().int4_linear(x, panels, scales, mins, group, n, bias)

@@ -8,10 +8,9 @@
 namespace voicepipe {
 
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale, int64_t N,
-                       const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& out, bool accumulate);
+                       const std::optional<at::Tensor>& bias);
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales, const at::Tensor& mins,
-                       int64_t group, int64_t N, const std::optional<at::Tensor>& bias,
-                       const std::optional<at::Tensor>& out, bool accumulate);
+                       int64_t group, int64_t N, const std::optional<at::Tensor>& bias);
 void rotary_write_kv(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& positions,
                      const at::Tensor& slots, const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t n_heads);
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
