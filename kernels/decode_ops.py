@@ -12,27 +12,27 @@ from kernels import native
 def usable(kv_dtype: torch.dtype, device: torch.device, head_dim: int, n_heads: int, n_kv: int) -> bool:
     """The library is built and loaded, and the ops cover this cache and these heads."""
     return (device.type == "cpu" and kv_dtype == torch.float32 and head_dim in (64, 128)
-            and n_heads % n_kv == 0 and n_heads // n_kv <= 8 and native.load())
+            and n_heads % n_kv == 0 and n_heads // n_kv <= 8 and native.lib() is not None)
 
 
 def rotary_write_kv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                     slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, n_heads: int) -> None:
     """Rotate the query and key heads of qkv [T, (H + 2 Hkv) D] in place (cos and signed sin tables [L, D],
     as `scheduler.llama.RotaryTable` holds them) and store keys and values at their flat cache slots."""
-    torch.ops.voicepipe.rotary_write_kv(qkv, cos, sin, positions, slots, k_cache, v_cache, n_heads)
+    native.lib().rotary_write_kv(qkv, cos, sin, positions, slots, k_cache, v_cache, n_heads)
 
 
 def decode_attention(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                      kv_lens: torch.Tensor, n_heads: int, scale: float) -> torch.Tensor:
     """Attention [S, H D] of one query row per sequence (the first H D columns of qkv [S, ..]) over its
     pages (`kernels.reference` describes the layout)."""
-    return torch.ops.voicepipe.decode_attention(qkv, k_cache, v_cache, block_tables, kv_lens, n_heads, scale)
+    return native.lib().decode_attention(qkv, k_cache, v_cache, block_tables, kv_lens, n_heads, scale)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.ops.voicepipe.rms_norm(x, weight, eps)
+    return native.lib().rms_norm(x, weight, eps)
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up of gate_up [.., 2 I] holding gate then up."""
-    return torch.ops.voicepipe.silu_mul(gate_up)
+    return native.lib().silu_mul(gate_up)

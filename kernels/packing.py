@@ -1,4 +1,5 @@
-"""The weight layout the C++ quantized linear kernels read (`kernels/cpu/quant_linear.cpp`), and their calls.
+"""The weight layout the C++ quantized linear kernels read (`kernels/cpu/quant_linear.cpp`), and their calls
+(`kernels.native` must have found the library).
 
 Output columns are grouped in panels of PANEL; inside a panel the weights are k-major (for each input index,
 the panel's PANEL weights side by side), so a panel streams from memory in order and one load feeds every
@@ -7,6 +8,8 @@ go two to a byte (k even low, k + 1 high), with one float16 scale and minimum pe
 """
 
 import torch
+
+from kernels import native
 
 PANEL = 64
 
@@ -34,14 +37,13 @@ def pack_int4(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> 
     return _panels(pairs), _panels(scales.half()), _panels(mins.half())
 
 
-def int8_linear(x: torch.Tensor, panels: torch.Tensor, scale: torch.Tensor, n: int, bias: torch.Tensor | None = None,
-                out: torch.Tensor | None = None, accumulate: bool = False) -> torch.Tensor:
-    """x [.., K] float32 times the packed int8 weights: [.., n], or written (added, with `accumulate`) to `out`."""
-    return torch.ops.voicepipe.int8_linear(x, panels, scale, n, bias, out, accumulate)
+def int8_linear(x: torch.Tensor, panels: torch.Tensor, scale: torch.Tensor, n: int,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [.., K] float32 times the packed int8 weights: [.., n]."""
+    return native.lib().int8_linear(x, panels, scale, n, bias)
 
 
 def int4_linear(x: torch.Tensor, panels: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, group: int, n: int,
-                bias: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                accumulate: bool = False) -> torch.Tensor:
-    """x [.., K] float32 times the packed int4 weights, as `int8_linear`."""
-    return torch.ops.voicepipe.int4_linear(x, panels, scales, mins, group, n, bias, out, accumulate)
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [.., K] float32 times the packed int4 weights: [.., n]."""
+    return native.lib().int4_linear(x, panels, scales, mins, group, n, bias)

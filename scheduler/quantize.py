@@ -40,7 +40,7 @@ class QuantizedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self.register_buffer("bias", bias)
-        self.fast = native.load()
+        self.fast = native.lib() is not None
 
     def keep(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Hold the coded weights as buffers: copied, moved and saved with the module."""

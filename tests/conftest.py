@@ -53,8 +53,8 @@ def native_kernels():
     if native.compiler() is None:
         pytest.skip("no C++ compiler: the kernels cannot be built on this machine")
     native.build()
-    native.load.cache_clear()
-    assert native.load()
+    native.lib.cache_clear()
+    assert native.lib() is not None
 
 
 @pytest.fixture(scope="session")

@@ -104,7 +104,7 @@ def test_the_decode_path_gives_the_packed_paths_tokens_in_fp32(small_llm):
 def test_the_packed_path_runs_where_the_decode_ops_are_missing(small_llm, monkeypatch):
     model, tokenizer = small_llm
     want = _greedy(Engine(model, tokenizer, EngineConfig(precision="fp32")), [[5, 6, 7]], 8)
-    monkeypatch.setattr(scheduler.runner.decode_ops.native, "load", lambda: False)
+    monkeypatch.setattr(scheduler.runner.decode_ops.native, "lib", lambda: None)
     engine = Engine(model, tokenizer, EngineConfig(precision="fp32"))
     assert not engine.runner.native and not engine.runner.lean.native
     assert _greedy(engine, [[5, 6, 7]], 8) == want

@@ -1,5 +1,5 @@
 """Device selection: auto falls back to the CPU, CUDA where there is none is a clear error (exit status 2),
-int8 is refused on CUDA, and the engine places and casts the model as asked."""
+int8 and int4 are refused on CUDA, and the engine places and casts the model as asked."""
 
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from scheduler.device import DeviceUnavailable, check_precision, place_model, resolve_device
-from scheduler.quantize import Int8Linear
+from scheduler.quantize import Int4Linear
 from voicepipe.bench.random_weights import random_llm
 from voicepipe.cli import main
 from voicepipe.loading import ModelOptions, placement
@@ -51,17 +51,18 @@ def test_the_cli_exits_2_on_cuda_without_cuda(no_cuda, capsys, argv: list[str]):
     assert "--device" in err and "no CUDA device" in err
 
 
-def test_int8_weights_are_refused_on_cuda(fake_cuda):
-    check_precision(torch.device("cpu"), "int8")
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_quantized_weights_are_refused_on_cuda(fake_cuda, precision):
+    check_precision(torch.device("cpu"), precision)
     with pytest.raises(DeviceUnavailable, match="CPUs only"):
-        check_precision(torch.device("cuda"), "int8")
+        check_precision(torch.device("cuda"), precision)
     with pytest.raises(ModelError, match="CPUs only"):
-        placement(ModelOptions(device="cuda", llm_precision="int8"))
+        placement(ModelOptions(device="cuda", llm_precision=precision))
 
 
 def test_the_default_precision_follows_the_device(no_cuda):
     assert placement(ModelOptions(device="auto", llm_precision=None)) == {
-        "device": "cpu", "precision": "int8"}
+        "device": "cpu", "precision": "int4"}
     assert placement(ModelOptions(device="cpu", llm_precision="fp32"))["precision"] == "fp32"
 
 
@@ -74,15 +75,15 @@ def test_place_model_casts_and_keeps_the_device_when_none_is_given():
     model, _ = random_llm("tiny")
     assert place_model(model, None, "bf16") == "bf16"
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
-    assert place_model(model, "cpu", None) == "int8"  # the CPU's default; int8 keeps float32 storage
+    assert place_model(model, "cpu", None) == "int4"  # the CPU's default; int4 keeps float32 storage
     assert {p.dtype for p in model.parameters()} == {torch.float32}
 
 
 def test_an_engine_without_a_precision_takes_the_devices_default():
     model, tokenizer = random_llm("tiny")
     engine = Engine(model, tokenizer, EngineConfig(precision=None, num_slabs=1))
-    assert engine.runner.precision == "int8"
-    assert any(isinstance(m, Int8Linear) for m in engine.runner.lean.modules())
+    assert engine.runner.precision == "int4"
+    assert any(isinstance(m, Int4Linear) for m in engine.runner.lean.modules())
 
 
 def test_bf16_engine_gives_generates_greedy_tokens_in_bf16():

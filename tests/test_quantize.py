@@ -56,8 +56,9 @@ def test_the_kernels_compute_the_products_of_their_codes(kind, rows, monkeypatch
     torch.manual_seed(rows)
     linear = nn.Linear(640, 200)
     fast = kind(linear)
-    monkeypatch.setattr(scheduler.quantize.native, "load", lambda: False)
-    exact = kind(linear)
+    with monkeypatch.context() as missing:
+        missing.setattr(scheduler.quantize.native, "lib", lambda: None)
+        exact = kind(linear)
     assert fast.fast and not exact.fast
     x = torch.randn(rows, 640)
     with torch.inference_mode():
@@ -65,7 +66,7 @@ def test_the_kernels_compute_the_products_of_their_codes(kind, rows, monkeypatch
 
 
 def test_a_fallback_runs_where_the_kernels_are_missing(monkeypatch):
-    monkeypatch.setattr(scheduler.quantize.native, "load", lambda: False)
+    monkeypatch.setattr(scheduler.quantize.native, "lib", lambda: None)
     torch.manual_seed(3)
     model = _TinyLM()
     ids = torch.randint(0, 100, (3, 5))
@@ -79,12 +80,12 @@ def test_a_fallback_runs_where_the_kernels_are_missing(monkeypatch):
 
 def test_the_kernels_load_only_as_built_for_these_sources(tmp_path, monkeypatch):
     monkeypatch.setenv("VOICEPIPE_CACHE", str(tmp_path))
-    native.load.cache_clear()
+    native.lib.cache_clear()
     try:
         assert native.library_path().parent == tmp_path / "kernels"
-        assert not native.load()  # nothing built there: no compiling at run time
+        assert native.lib() is None  # nothing built there: no compiling at run time
     finally:
-        native.load.cache_clear()
+        native.lib.cache_clear()
 
 
 class _TinyLM(nn.Module):

@@ -24,10 +24,11 @@ if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a com
 
 log = logging.getLogger("voicepipe")
 
-# Chosen by measurement (docs/decode.md): int8 weights decode several times faster on a CPU, at 0.6%
-# more perplexity; "fp32" gives exactly what transformers' `generate` gives. On CUDA, bf16 (int8 and int4
-# are CPU kernels). An engine given no precision takes these (scheduler.device.default_precision).
-DEFAULT_PRECISION = "int8"
+# Chosen by measurement (docs/decode.md): int4 weights decode a batch of one fastest on a CPU, at float32's
+# perplexity on the default model (int8: 0.6% more, faster from a few rows up); "fp32" gives exactly what
+# transformers' `generate` gives. On CUDA, bf16 (int8 and int4 are CPU kernels). An engine given no precision
+# takes these (scheduler.device.default_precision).
+DEFAULT_PRECISION = "int4"
 CUDA_PRECISION = "bf16"
 PRECISIONS = ("fp32", "int8", "int4", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")

@@ -5,14 +5,13 @@
 // Why: at batch 1 each layer's own arithmetic takes microseconds, while every torch op called from Python
 // costs a few; paged attention through the reference gathers the keys, builds a mask and pads, 10 ops a layer.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "ops.h"
 #include "vec.h"
 
 namespace {
@@ -27,6 +26,10 @@ using voicepipe::vf;
 void check_float(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.device().is_cpu(), name, " must be a float32 CPU tensor");
 }
+
+}  // namespace
+
+namespace voicepipe {
 
 // Rotate each query and key head of qkv [T, (H + Hkv + Hkv) * D] in place, x * cos + roll(x, D / 2) * sin
 // with the signed sin of the rotary table (cos and sin [L, D]), and store keys and values at their flat
@@ -63,6 +66,10 @@ __attribute__((optimize("fp-contract=off"))) void rotary_write_kv(
     std::memcpy(vc + slot[t] * n_kv * D, x + (n_heads + n_kv) * D, n_kv * D * sizeof(float));
   }
 }
+
+}  // namespace voicepipe
+
+namespace {
 
 // One (sequence, kv head) task of decode attention: the G query heads that share the kv head, head_dim
 // V * 16, over `len` cached positions found through the sequence's `table` of pages. The query and the
@@ -139,6 +146,10 @@ AttendFn attend_for(int64_t group) {
   }
 }
 
+}  // namespace
+
+namespace voicepipe {
+
 // Attention of one query row per sequence: the queries are the first H * D columns of qkv [S, ..]; sequence
 // s attends to its kv_lens[s] cached positions, found through its block table. Each (sequence, kv head)
 // pair is one task: its keys are read once for all the query heads that share them.
@@ -209,20 +220,4 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   return y.view(shape);
 }
 
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(voicepipe, m) {
-  m.def("rotary_write_kv(Tensor(a!) qkv, Tensor cos, Tensor sin, Tensor positions, Tensor slots, "
-        "Tensor(b!) k_cache, Tensor(c!) v_cache, int n_heads) -> ()");
-  m.def("decode_attention(Tensor qkv, Tensor k_cache, Tensor v_cache, Tensor block_tables, Tensor kv_lens, "
-        "int n_heads, float scale) -> Tensor");
-  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
-  m.def("silu_mul(Tensor gate_up) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(voicepipe, CPU, m) {
-  m.impl("rotary_write_kv", &rotary_write_kv);
-  m.impl("decode_attention", &decode_attention);
-  m.impl("rms_norm", &rms_norm);
-  m.impl("silu_mul", &silu_mul);
-}
+}  // namespace voicepipe

@@ -7,13 +7,14 @@
 // PANEL weights sit side by side, so one load feeds PANEL / 16 vector accumulators and a panel streams
 // from memory in order. Threads (torch's own pool) split the panels.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "ops.h"
 #include "vec.h"
 
 #if !defined(__AVX2__)
@@ -72,15 +73,9 @@ inline wide high_nibble(wide v) { return {_mm256_srli_epi32(v.lo, 4), _mm256_srl
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 inline vf s8_to_f(const int8_t* p) { return to_f(widen_s8(load16(p))); }
 
-// How a panel's results leave the kernel: scaled into `out`, optionally with a bias, optionally added to
-// what `out` already holds (a residual stream).
-struct Epilogue {
-  const float* bias;
-  bool accumulate;
-};
-
+// A panel's sums into `out`: times the columns' `scale` where there is one, plus their `bias` where there is one.
 inline void finish(float* out, int64_t ldo, int rows, int cols, const vf acc[][NV], const float* scale,
-                   const Epilogue& ep) {
+                   const float* bias) {
   for (int m = 0; m < rows; ++m) {
     float tile[PANEL];
     for (int j = 0; j < NV; ++j) {
@@ -90,8 +85,7 @@ inline void finish(float* out, int64_t ldo, int rows, int cols, const vf acc[][N
     }
     float* row = out + m * ldo;
     for (int c = 0; c < cols; ++c) {
-      float v = tile[c] + (ep.bias != nullptr ? ep.bias[c] : 0.f);
-      row[c] = ep.accumulate ? row[c] + v : v;
+      row[c] = tile[c] + (bias != nullptr ? bias[c] : 0.f);
     }
   }
 }
@@ -196,17 +190,7 @@ void over_rows(int64_t M, Tile tile) {
   }
 }
 
-at::Tensor output_for(const at::Tensor& x2, int64_t N, const c10::optional<at::Tensor>& out) {
-  if (out.has_value()) {
-    TORCH_CHECK(out->is_contiguous() && out->numel() == x2.size(0) * N && out->scalar_type() == at::kFloat,
-                "out must be a contiguous float32 tensor of the output's size");
-    return out->view({x2.size(0), N});
-  }
-  return at::empty({x2.size(0), N}, x2.options());
-}
-
-at::Tensor shaped(const at::Tensor& x, const at::Tensor& y, int64_t N, const c10::optional<at::Tensor>& out) {
-  if (out.has_value()) return *out;
+at::Tensor shaped(const at::Tensor& x, const at::Tensor& y, int64_t N) {
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = N;
   return y.view(shape);
@@ -217,17 +201,19 @@ void check_input(const at::Tensor& x, int64_t K) {
   TORCH_CHECK(x.size(-1) == K, "x's last dimension must be the layer's input size");
 }
 
-// x [.., K] float32; w [N / PANEL, K, PANEL] int8; scale [N / PANEL * PANEL] float32; returns [.., N]. With
-// `out`, the result is written (or with `accumulate` added) there.
+}  // namespace
+
+namespace voicepipe {
+
+// x [.., K] float32; w [N / PANEL, K, PANEL] int8; scale [N / PANEL * PANEL] float32; returns [.., N].
 at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scale, int64_t N,
-                       const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& out,
-                       bool accumulate) {
+                       const std::optional<at::Tensor>& bias) {
   const int64_t K = w.size(1), panels = w.size(0);
   check_input(x, K);
   TORCH_CHECK(w.scalar_type() == at::kChar && w.size(2) == PANEL && panels * PANEL >= N, "bad int8 panels");
   const at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
-  at::Tensor y = output_for(x2, N, out);
+  at::Tensor y = at::empty({M, N}, x2.options());
   const float* xp = x2.data_ptr<float>();
   const int8_t* wp = w.data_ptr<int8_t>();
   const float* sp = scale.data_ptr<float>();
@@ -236,23 +222,22 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int cols = static_cast<int>(std::min<int64_t>(PANEL, N - p * PANEL));
-      const Epilogue ep{bp != nullptr ? bp + p * PANEL : nullptr, accumulate};
+      const float* bias = bp != nullptr ? bp + p * PANEL : nullptr;
       over_rows(M, [&](int64_t m, auto rows) {
         constexpr int R = decltype(rows)::value;
         vf acc[R][NV];
         int8_tile<R>(xp + m * K, K, wp + p * K * PANEL, K, acc);
-        finish(yp + m * N + p * PANEL, N, R, cols, acc, sp + p * PANEL, ep);
+        finish(yp + m * N + p * PANEL, N, R, cols, acc, sp + p * PANEL, bias);
       });
     }
   });
-  return shaped(x, y, N, out);
+  return shaped(x, y, N);
 }
 
 // x [.., K] float32; w [N / PANEL, K / 2, PANEL] uint8 (two codes a byte); scales and mins
-// [N / PANEL, K / group, PANEL] float16; returns [.., N], or writes to `out` as int8_linear does.
+// [N / PANEL, K / group, PANEL] float16; returns [.., N].
 at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales, const at::Tensor& mins,
-                       int64_t group, int64_t N, const c10::optional<at::Tensor>& bias,
-                       const c10::optional<at::Tensor>& out, bool accumulate) {
+                       int64_t group, int64_t N, const std::optional<at::Tensor>& bias) {
   const int64_t K = w.size(1) * 2, panels = w.size(0), groups = K / group;
   check_input(x, K);
   TORCH_CHECK(w.scalar_type() == at::kByte && w.size(2) == PANEL && panels * PANEL >= N, "bad int4 panels");
@@ -260,7 +245,7 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
   const at::Tensor xsum = M == 1 ? x2.view({groups, group}).sum(-1) : at::Tensor();
-  at::Tensor y = output_for(x2, N, out);
+  at::Tensor y = at::empty({M, N}, x2.options());
   const float* xp = x2.data_ptr<float>();
   const float* xs = M == 1 ? xsum.data_ptr<float>() : nullptr;
   const uint8_t* wp = w.data_ptr<uint8_t>();
@@ -273,13 +258,13 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     std::vector<float> decoded(M > 1 ? K * PANEL : 0);
     for (int64_t p = begin; p < end; ++p) {
       const int cols = static_cast<int>(std::min<int64_t>(PANEL, N - p * PANEL));
-      const Epilogue ep{bp != nullptr ? bp + p * PANEL : nullptr, accumulate};
+      const float* bias = bp != nullptr ? bp + p * PANEL : nullptr;
       const uint8_t* wpan = wp + p * (K / 2) * PANEL;
       const uint16_t *span = sp + p * groups * PANEL, *mpan = mp + p * groups * PANEL;
       if (M == 1) {
         vf acc[1][NV];
         int4_row(xp, xs, wpan, span, mpan, K, group, acc[0]);
-        finish(yp + p * PANEL, N, 1, cols, acc, nullptr, ep);
+        finish(yp + p * PANEL, N, 1, cols, acc, nullptr, bias);
         continue;
       }
       int4_decode_panel(wpan, span, mpan, K, group, decoded.data());
@@ -287,23 +272,11 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
         constexpr int R = decltype(rows)::value;
         vf acc[R][NV];
         float_tile<R>(xp + m * K, K, decoded.data(), K, acc);
-        finish(yp + m * N + p * PANEL, N, R, cols, acc, nullptr, ep);
+        finish(yp + m * N + p * PANEL, N, R, cols, acc, nullptr, bias);
       });
     }
   });
-  return shaped(x, y, N, out);
+  return shaped(x, y, N);
 }
 
-}  // namespace
-
-TORCH_LIBRARY(voicepipe, m) {
-  m.def("int8_linear(Tensor x, Tensor w, Tensor scale, int n, Tensor? bias=None, Tensor(a!)? out=None, "
-        "bool accumulate=False) -> Tensor");
-  m.def("int4_linear(Tensor x, Tensor w, Tensor scales, Tensor mins, int group, int n, Tensor? bias=None, "
-        "Tensor(a!)? out=None, bool accumulate=False) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(voicepipe, CPU, m) {
-  m.impl("int8_linear", &int8_linear);
-  m.impl("int4_linear", &int4_linear);
-}
+}  // namespace voicepipe

@@ -4,10 +4,12 @@ Every part of the step (the linear layers, norms, rotary embedding, KV writes, a
 glue, the runner's step metadata, sampling, the planner and the step records) is timed by wall clock, each
 part's time exclusive of the parts it calls, by wrapping the engine's own objects in this process only.
 The wrappers cost about a microsecond each, which the report shows as the instrumented step's time beside the
-plain one. The host's share of torch's own per-op dispatch is estimated apart: the step's op count times
-the cost of the cheapest op, measured in the same run.
+plain one. The cost of calling into torch and the C++ kernels from Python is estimated apart: the step's
+calls (functions and methods of torch and of the kernels' module; tensor operators such as `+` are not
+counted) times the cost of the cheapest such call, measured in the same run.
 """
 
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,7 +20,7 @@ import torch
 import kernels
 import scheduler.engine
 import scheduler.llama
-from kernels import decode_ops
+from kernels import decode_ops, native
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 
 PARTS = ("linear", "norm", "rotary", "kv write", "rotary + kv write", "attention", "silu * up", "layer glue",
@@ -90,11 +92,22 @@ def _restore(undo: list) -> None:
             setattr(obj, attr, old)
 
 
-def _top_level_ops(engine: Engine) -> int:
-    """torch ops one step calls from Python (ops they call in turn not counted)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+def _calls_from_python(engine: Engine) -> int:
+    """Calls one step makes from Python into torch or the kernels' module."""
+    calls = 0
+
+    def count(frame, event: str, fn) -> None:
+        nonlocal calls
+        if event == "c_call" and (isinstance(getattr(fn, "__self__", None), torch.Tensor)
+                                  or (getattr(fn, "__module__", None) or "").startswith(("torch", native.MODULE))):
+            calls += 1
+
+    sys.setprofile(count)
+    try:
         engine.step()
-    return sum(1 for e in prof.events() if e.cpu_parent is None)
+    finally:
+        sys.setprofile(None)
+    return calls
 
 
 def _decoding_engine(model, tokenizer, precision: str, batch: int, context: int, steps: int) -> Engine:
@@ -135,7 +148,7 @@ def profile_decode(model, tokenizer, precision: str, batch: int, context: int = 
     clock, plain, instrumented = PartClock(), [], []
     with torch.inference_mode():
         _steps_per_second(engine, 4)  # warm up
-        ops = _top_level_ops(engine)
+        calls = _calls_from_python(engine)
         for _ in range(rounds):  # alternated, so that a noisy neighbour falls on both alike
             plain.append(1e3 / _steps_per_second(engine, steps))
             undo = _instrument(engine, clock)
@@ -146,8 +159,8 @@ def profile_decode(model, tokenizer, precision: str, batch: int, context: int = 
         dispatch = _dispatch_cost()
     parts = {p: 1e3 * clock.seconds.get(p, 0.0) / (steps * rounds) for p in PARTS}
     return {"precision": precision, "batch": batch, "context": context, "step_ms": min(plain),
-            "instrumented_step_ms": sum(parts.values()), "parts_ms": parts, "ops_per_step": ops,
-            "dispatch_ms_estimate": 1e3 * ops * dispatch}
+            "instrumented_step_ms": sum(parts.values()), "parts_ms": parts, "calls_per_step": calls,
+            "dispatch_ms_estimate": 1e3 * calls * dispatch}
 
 
 def print_profile(result: dict) -> None:
@@ -156,6 +169,6 @@ def print_profile(result: dict) -> None:
           f"({result['batch'] * 1e3 / result['step_ms']:.1f} tok/s), {step:.2f} ms instrumented")
     for part, ms in result["parts_ms"].items():
         print(f"  {part:14}{ms:8.2f} ms  {100 * ms / step:5.1f}%")
-    print(f"  torch ops a step: {result['ops_per_step']}, their dispatch from Python about "
+    print(f"  calls into torch and the kernels a step: {result['calls_per_step']}, their dispatch about "
           f"{result['dispatch_ms_estimate']:.2f} ms ({100 * result['dispatch_ms_estimate'] / step:.0f}%, within the "
           "parts above)")
