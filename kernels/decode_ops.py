@@ -18,7 +18,7 @@ def usable(kv_dtype: torch.dtype, device: torch.device, head_dim: int, n_heads: 
 def rotary_write_kv(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                     slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, n_heads: int) -> None:
     """Rotate the query and key heads of qkv [T, (H + 2 Hkv) D] in place (cos and signed sin tables [L, D],
-    as `scheduler.llama.RotaryTable` holds them) and store keys and values at their flat cache slots."""
+    as `scheduler.model.llama.RotaryTable` holds them) and store keys and values at their flat cache slots."""
     native.lib().rotary_write_kv(qkv, cos, sin, positions, slots, k_cache, v_cache, n_heads)
 
 

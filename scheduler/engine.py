@@ -7,7 +7,7 @@ and run between model steps, in priority order against the model's own work.
 
 The core is synchronous and single-threaded, like nano-vllm's: commands go in between steps, and each step
 leaves its outputs (tokens and job results) in `outputs` for whoever drives it to take. Two drivers exist
-(`scheduler.client`): a thread beside the caller's event loop, and a process of its own.
+(`scheduler.channel.client`): a thread beside the caller's event loop, and a process of its own.
 """
 
 import logging
@@ -19,14 +19,14 @@ import torch
 
 from scheduler.config import EngineConfig, check_knobs
 from scheduler.detokenizer import Detokenizer
-from scheduler.grammar import Constraints, Grammar
-from scheduler.grammar_cache import GrammarCache
+from scheduler.grammar.cache import GrammarCache
+from scheduler.grammar.constraint import Constraints, Grammar
 from scheduler.jobs import Job, JobHandler, JobQueue, JobResult
 from scheduler.kv_pool import SlabPool
 from scheduler.metrics import Metrics, StepRecord
+from scheduler.model.runner import ModelRunner
 from scheduler.planner import StepPlan, StepPlanner
 from scheduler.request import Output, RequestClass, Sequence, Status, check_request
-from scheduler.runner import ModelRunner
 from scheduler.sampler import probability_of, probe_rows, sample_rows
 
 log = logging.getLogger(__name__)

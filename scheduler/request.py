@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from scheduler.detokenizer import Detokenizer
-from scheduler.grammar import Grammar
+from scheduler.grammar.constraint import Grammar
 
 
 class RequestClass(enum.IntEnum):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from voicepipe import threads
+from voicepipe.backends import threads
 
 threads.configure()  # as the CLI does, before torch or CTranslate2 loads
 
@@ -60,7 +60,7 @@ def native_kernels():
 @pytest.fixture(scope="session")
 def llm():
     """The embedded LLM as (model, tokenizer), float32."""
-    from voicepipe.models import load_llm
+    from voicepipe.backends.models import load_llm
 
     return load_llm()
 
@@ -92,7 +92,7 @@ def tts():
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def runtime(llm, asr, tts):
     """An engine over the session's models, started and warmed up, on the test module's event loop."""
-    from voicepipe.runtime import Runtime
+    from voicepipe.call.runtime import Runtime
 
     runtime = Runtime.start(*llm, asr, tts)
     await runtime.warm_up()
@@ -103,7 +103,7 @@ async def runtime(llm, asr, tts):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(runtime):
     """A voice server on a loopback port over the module's runtime (a module may define its own)."""
-    from voicepipe.limits import Limits
+    from voicepipe.call.limits import Limits
     from voicepipe.server import VoiceServer
 
     server = VoiceServer(runtime, Limits(max_calls=3))

@@ -1,5 +1,5 @@
 // The call protocol as this page speaks it: every event name it sends or reads, and the builders of what
-// it sends, in one place. It mirrors the server's voicepipe/protocol.py (same names, the part the page
+// it sends, in one place. It mirrors the server's voicepipe/protocol/names.py (same names, the part the page
 // uses); binary messages are PCM16 audio in both directions and carry no name.
 
 /** Events the page sends (besides binary frames of microphone audio). */

@@ -13,7 +13,7 @@ import torch
 from scheduler.config import EngineConfig
 from scheduler.engine import Engine
 from scheduler.jobs import JobHandler
-from scheduler.kv_dtype import num_slabs, pages_per_slab
+from scheduler.model.kv_dtype import num_slabs, pages_per_slab
 from scheduler.planner import StepPlan
 from scheduler.sim.clock import VirtualClock
 from scheduler.sim.shape import ModelShape

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import numpy as np
 
+from voicepipe.backends.models import resolve_asr
 from voicepipe.backends.whisper_trimmed import TrimmedWhisper
-from voicepipe.models import resolve_asr
 
 # int8 by default, by measurement over the trimmed window: on the 96 spoken questions of the tests the
 # word error rate was 0.176 for int8 against 0.183 for float32, and on a quiet 2-core machine a pass over

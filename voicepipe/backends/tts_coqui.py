@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from voicepipe.models import ModelError, first_line
+from voicepipe.backends.models import ModelError, first_line
 
 INSTALL_HINT = "install the coqui extra: bash .ci/setup-coqui.sh"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from voicepipe.models import ModelError, first_line, resolve_tts
-from voicepipe.threads import onnx_options
+from voicepipe.backends.models import ModelError, first_line, resolve_tts
+from voicepipe.backends.threads import onnx_options
 
 
 class PiperTTS:

@@ -22,8 +22,8 @@ def make_tts(name: str = "piper", path: str | Path | None = None) -> TTS:
 
         return PiperTTS(path)
     if name == "coqui":
+        from voicepipe.backends.models import ModelError
         from voicepipe.backends.tts_coqui import CoquiTTS
-        from voicepipe.models import ModelError
 
         if path is None:
             raise ModelError("the coqui TTS has no embedded model: give a Coqui model directory (--tts-model DIR)")

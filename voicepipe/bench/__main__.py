@@ -7,7 +7,7 @@
 import argparse
 import sys
 
-from voicepipe import threads
+from voicepipe.backends import threads
 from voicepipe.bench.engine_command import add_engine_arguments, run_engine_bench
 
 
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
     add_engine_arguments(which.add_parser("engine", help="one LLM workload through the engine's modes"))
     args = parser.parse_args(argv)
-    from voicepipe.models import ModelError
+    from voicepipe.backends.models import ModelError
 
     try:
         return run_engine_bench(args)

@@ -12,12 +12,12 @@ import numpy as np
 import websockets
 
 from voicepipe.audio import resample, to_pcm16
+from voicepipe.backends.loading import ModelOptions
 from voicepipe.bench.engine_modes import percentile
-from voicepipe.limits import Limits
-from voicepipe.loading import ModelOptions
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
 from voicepipe.pipeline import CallConfig
 from voicepipe.protocol import ServerEvent
-from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ import threading
 from typing import Any
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
-from scheduler.client import EngineClient, LocalEngine
-from scheduler.engine_process import ProcessEngine
+from scheduler.channel.client import EngineClient, LocalEngine
+from scheduler.channel.engine_process import ProcessEngine
 from voicepipe.bench.engine_modes import percentile
 
 PROMPT = 224
@@ -30,8 +30,8 @@ def llm_engine(torch_threads: int | None = None, **config: Any) -> tuple[Engine,
     """The embedded LLM alone, as the engine process's factory."""
     import torch
 
-    from voicepipe import threads
-    from voicepipe.models import load_llm
+    from voicepipe.backends import threads
+    from voicepipe.backends.models import load_llm
 
     threads.configure()
     if torch_threads is not None:

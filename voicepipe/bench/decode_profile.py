@@ -19,7 +19,7 @@ import torch
 
 import kernels
 import scheduler.engine
-import scheduler.llama
+import scheduler.model.llama
 from kernels import decode_ops, native
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 
@@ -70,7 +70,7 @@ def _instrument(engine: Engine, clock: PartClock) -> list:
         elif hasattr(module, "in_features"):  # every kind of linear layer
             _patch(module, "forward", clock, "linear", undo)
     _patch(lean, "rotary", clock, "rotary", undo)
-    for owner, attr, part in ((scheduler.llama, "rotate", "rotary"), (kernels, "write_kv", "kv write"),
+    for owner, attr, part in ((scheduler.model.llama, "rotate", "rotary"), (kernels, "write_kv", "kv write"),
                               (kernels, "paged_attention", "attention"),
                               (decode_ops, "rotary_write_kv", "rotary + kv write"),
                               (decode_ops, "decode_attention", "attention"), (decode_ops, "silu_mul", "silu * up"),

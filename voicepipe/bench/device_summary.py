@@ -16,7 +16,7 @@ def fp8_capacity_ratio(shape: str, slab_bytes: int = 2 * 1024 * 1024, page_token
     """Tokens an fp8 pool holds over those a bf16 pool holds, in the same bytes, for a named shape."""
     import torch
 
-    from scheduler.kv_dtype import pages_per_slab
+    from scheduler.model.kv_dtype import pages_per_slab
 
     dims = SHAPES[shape]
     head_dim = dims.get("head_dim") or dims["hidden_size"] // dims["num_attention_heads"]

@@ -8,10 +8,10 @@ import time
 
 from scheduler.config import DEFAULT_POLICY
 from scheduler.policies import POLICIES
+from voicepipe.backends.arguments import add_llm_model_arguments
 from voicepipe.bench.engine_setup import add_engine_setup_arguments
 from voicepipe.bench.report import add_json_argument, machine, save
 from voicepipe.bench.workload import Workload
-from voicepipe.model_arguments import add_llm_model_arguments
 
 log = logging.getLogger(__name__)
 MODES = (*POLICIES, "hf_static", "hf_cb")  # the engine's policies, then transformers' own batching
@@ -173,7 +173,7 @@ def compare_precisions(model, tokenizer, precisions: list[str], settings: dict, 
     """For each precision: decode at batch 1 and 16 against the bandwidth limit, and all-at-once throughput
     (W, o4) against transformers' `generate` in static batches of 32 (`hf_static`, run here if not given)."""
     from scheduler import EngineConfig
-    from scheduler.device import check_precision, resolve_device
+    from scheduler.model.device import check_precision, resolve_device
     from voicepipe.bench.engine_modes import decode_roofline, run_engine, run_hf_static
     from voicepipe.bench.engine_setup import items_for, release_device_memory, roofline_prompt
 

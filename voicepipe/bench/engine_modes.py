@@ -10,7 +10,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
-from scheduler.grammar import Grammar
+from scheduler.grammar.constraint import Grammar
 from voicepipe.bench.workload import WorkItem
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ def add_engine_setup_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
     """EngineConfig fields from the options: device, precision, KV dtype and size, static batch size."""
-    from voicepipe.loading import ModelOptions, placement
+    from voicepipe.backends.loading import ModelOptions, placement
 
     settings: dict[str, Any] = {**placement(ModelOptions.pick(vars(args))), "kv_dtype": args.kv_dtype}
     kv_gib = args.kv_gib if args.kv_gib is not None else CUDA_KV_GIB if settings["device"] == "cuda" else None
@@ -42,10 +42,10 @@ def load_bench_model(args: argparse.Namespace, settings: dict[str, Any]) -> tupl
     """(model, tokenizer): random weights built directly on the device in the precision's dtype, or the
     checkpoint (the engine moves it)."""
     if args.random_weights is None:
-        from voicepipe.models import load_llm
+        from voicepipe.backends.models import load_llm
 
         return load_llm(args.llm_model)
-    from scheduler.device import WEIGHT_DTYPES
+    from scheduler.model.device import WEIGHT_DTYPES
     from voicepipe.bench.random_weights import random_llm
 
     return random_llm(args.random_weights, settings["device"], WEIGHT_DTYPES[settings["precision"]])

@@ -9,7 +9,7 @@ import time
 import jsonschema
 
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
-from scheduler.grammar import Grammar
+from scheduler.grammar.constraint import Grammar
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.bench.engine_modes import run_engine
 from voicepipe.bench.workload import Workload
@@ -92,7 +92,7 @@ def cost(model, tokenizer, share: float, workload: Workload) -> dict:
 
 
 def bench_grammar(requests: int, share: float, quick: bool) -> dict:
-    from voicepipe.models import load_llm
+    from voicepipe.backends.models import load_llm
 
     model, tokenizer = load_llm()
     workload = Workload(requests=16, output_tokens=(16, 96)) if quick else Workload()

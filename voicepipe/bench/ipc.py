@@ -9,8 +9,8 @@ import time
 import numpy as np
 
 from scheduler import EngineConfig, RequestClass, SamplingParams, Sequence
-from scheduler.client import EngineClient, LocalEngine
-from scheduler.engine_process import ProcessEngine
+from scheduler.channel.client import EngineClient, LocalEngine
+from scheduler.channel.engine_process import ProcessEngine
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.random_weights import random_engine
 

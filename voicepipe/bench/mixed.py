@@ -16,14 +16,14 @@ import numpy as np
 import openai
 
 from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.backends.loading import ModelOptions
 from voicepipe.bench.calls import HeardTurn, bench_runtime, caller, print_waterfall, spoken_questions, waterfall_figures
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.steps import StepLog, quiet_steps, step_figures
 from voicepipe.bench.workload import FILLER, TOPICS, ApiLoad
-from voicepipe.limits import Limits
-from voicepipe.loading import ModelOptions
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
 from voicepipe.pipeline import CallConfig
-from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
 
 log = logging.getLogger(__name__)

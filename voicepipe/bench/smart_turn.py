@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voicepipe.threads import onnx_options
+from voicepipe.backends.threads import onnx_options
 
 SECONDS = 8
 RATE = 16000

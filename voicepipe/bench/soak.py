@@ -19,15 +19,15 @@ from functools import partial
 
 import openai
 
+from voicepipe.backends.loading import ModelOptions
 from voicepipe.bench import soak_load as load
 from voicepipe.bench.calls import bench_runtime, spoken_questions
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.mixed import call_figures
 from voicepipe.bench.process_figures import children, process_figures
-from voicepipe.limits import Limits
-from voicepipe.loading import ModelOptions
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
 from voicepipe.pipeline import CallConfig
-from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
 
 log = logging.getLogger(__name__)

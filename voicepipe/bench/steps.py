@@ -7,7 +7,7 @@ import contextlib
 
 from scheduler import RequestClass, SamplingParams
 from voicepipe.bench.engine_modes import percentile
-from voicepipe.runtime import Runtime
+from voicepipe.call.runtime import Runtime
 
 POLL_S = 0.25  # a snapshot holds the last 50 steps; no step is this short times 50
 

@@ -1,4 +1,4 @@
-"""`voicepipe bench threads`: the thread-pool policies of `voicepipe.threads`, each in a fresh process.
+"""`voicepipe bench threads`: the thread-pool policies of `voicepipe.backends.threads`, each in a fresh process.
 
 The pattern is a call's: model steps, an ASR pass, more steps, a TTS sentence, more steps, all on one
 thread as the engine runs them. Reported per policy (medians): a small torch op, a batch-1 decode step on
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from voicepipe.threads import ENV_VAR, POLICIES, configure
+from voicepipe.backends.threads import ENV_VAR, POLICIES, configure
 
 QUESTION = "What is the capital of France, and how many people live there?"
 SENTENCE = "Paris is the capital of France."
@@ -35,8 +35,8 @@ def measure() -> dict:
     from voicepipe.audio import resample
     from voicepipe.backends.asr_whisper import WhisperASR
     from voicepipe.backends.base import chat_prompt_ids
+    from voicepipe.backends.models import load_llm
     from voicepipe.backends.tts_piper import PiperTTS
-    from voicepipe.models import load_llm
 
     model, tokenizer = load_llm()
     asr, tts = WhisperASR(), PiperTTS()

@@ -20,18 +20,18 @@ import time
 import numpy as np
 
 from voicepipe.audio import resample
+from voicepipe.backends.loading import ASR_FINAL, ModelOptions
 from voicepipe.bench.calls import bench_runtime
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.scripted_caller import AUDIO, ScriptedCaller
 from voicepipe.bench.smart_turn import load_smart_turn
 from voicepipe.bench.turn_set import ESPEAK_VOICES, RATE, Sample, espeak_audio, say_with, turn_set
-from voicepipe.limits import Limits
-from voicepipe.loading import ASR_FINAL, ModelOptions
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
 from voicepipe.pipeline import CallConfig, Conversation
-from voicepipe.pipeline.end_of_turn import end_probability, unpunctuated
 from voicepipe.protocol import ServerEvent
-from voicepipe.runtime import Runtime
 from voicepipe.server import VoiceServer
+from voicepipe.turns.end_of_turn import end_probability, unpunctuated
 
 log = logging.getLogger(__name__)
 CAUGHT = 0.9  # the share of finished sentences a detector must catch; its false cut-offs are read there
@@ -68,7 +68,7 @@ def waits(eagerness, complete: list[float], cut: list[float], cut_pauses: list[f
 
 
 async def decisions(runtime: Runtime, samples: list[Sample]) -> dict:
-    from voicepipe.turn_detection import EAGERNESS
+    from voicepipe.turns.detection import EAGERNESS
 
     pause = np.zeros(int(PAUSE_S * RATE), np.float32)
     smart_turn = load_smart_turn()

@@ -5,10 +5,10 @@ decoding); `bench soak` (everything at once, hostile clients too, for N minutes)
 import argparse
 
 from scheduler.policies import call_policies
+from voicepipe.backends.arguments import add_llm_model_arguments
 from voicepipe.bench.engine_command import MODES, add_engine_arguments, run_engine_bench
 from voicepipe.bench.report import add_json_argument, machine, save
 from voicepipe.cli.options import add_verbose_argument
-from voicepipe.model_arguments import add_llm_model_arguments
 
 
 def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +82,8 @@ def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
 def run_soak_bench(args: argparse.Namespace) -> int:
     import asyncio
 
+    from voicepipe.backends.loading import ModelOptions
     from voicepipe.bench.soak import bench_soak, print_soak
-    from voicepipe.loading import ModelOptions
 
     report = asyncio.run(bench_soak(args.minutes, args.calls, args.streams, args.items, ModelOptions.pick(vars(args))))
     report["machine"] = machine()
@@ -94,7 +94,7 @@ def run_soak_bench(args: argparse.Namespace) -> int:
 
 
 def add_threads_arguments(parser: argparse.ArgumentParser) -> None:
-    from voicepipe.threads import POLICIES
+    from voicepipe.backends.threads import POLICIES
 
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset of "
                         + ",".join(POLICIES))
@@ -120,9 +120,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
 def run_decode_bench(args: argparse.Namespace) -> int:
     import torch
 
+    from voicepipe.backends.models import load_llm
     from voicepipe.bench.decode_profile import print_profile, profile_decode
     from voicepipe.bench.engine_setup import engine_settings
-    from voicepipe.models import load_llm
 
     args.kv_dtype, args.kv_gib, args.static_batch_size = "auto", None, None
     precision = engine_settings(args)["precision"]
@@ -164,8 +164,8 @@ def run_ipc_bench(args: argparse.Namespace) -> int:
 
 
 def run_threads_bench(args: argparse.Namespace) -> int:
+    from voicepipe.backends.threads import POLICIES
     from voicepipe.bench.threads import bench_threads, print_threads
-    from voicepipe.threads import POLICIES
 
     policies = [p for p in args.policies.split(",") if p]
     unknown = set(policies) - set(POLICIES)
@@ -181,8 +181,8 @@ def run_threads_bench(args: argparse.Namespace) -> int:
 def run_calls_bench(args: argparse.Namespace) -> int:
     import asyncio
 
+    from voicepipe.backends.loading import ModelOptions
     from voicepipe.bench.calls import bench_calls, print_waterfall
-    from voicepipe.loading import ModelOptions
 
     report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline,
                                      ModelOptions.pick(vars(args)), args.engine))
@@ -216,8 +216,8 @@ def add_turns_arguments(parser: argparse.ArgumentParser) -> None:
 def run_turns_bench(args: argparse.Namespace) -> int:
     import asyncio
 
+    from voicepipe.backends.loading import ModelOptions
     from voicepipe.bench.turns import bench_turns, print_turns
-    from voicepipe.loading import ModelOptions
 
     report = asyncio.run(bench_turns(ModelOptions.pick(vars(args)), args.questions, tuple(args.voices.split(",")),
                                      tuple(args.modes.split(",")), args.decisions_only))
@@ -250,9 +250,9 @@ def run_grammar_bench(args: argparse.Namespace) -> int:
 def run_mixed_bench(args: argparse.Namespace) -> int:
     import asyncio
 
+    from voicepipe.backends.loading import ModelOptions
     from voicepipe.bench.mixed import bench_mixed, print_mixed
     from voicepipe.bench.workload import ApiLoad
-    from voicepipe.loading import ModelOptions
 
     load = ApiLoad(args.streams, args.prompt_tokens, args.api_max_tokens, args.alone)
     report = asyncio.run(bench_mixed(load, args.calls, args.turns, args.policies.split(","), args.deadline,

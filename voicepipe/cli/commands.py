@@ -11,8 +11,10 @@ import logging
 import os
 import sys
 
-from voicepipe import __version__, threads
+from voicepipe import __version__
 from voicepipe.audio import AudioError
+from voicepipe.backends import threads
+from voicepipe.backends.models import ModelError
 from voicepipe.cli.bench import add_bench_arguments, run_bench
 from voicepipe.cli.command import Command, UsageError
 from voicepipe.cli.oneshot import (
@@ -28,7 +30,6 @@ from voicepipe.cli.oneshot import (
 from voicepipe.cli.options import add_verbose_argument
 from voicepipe.cli.serve import add_serve_arguments, run_serve
 from voicepipe.cli.talk import add_talk_arguments, run_talk
-from voicepipe.models import ModelError
 from voicepipe.simulate.command import add_simulate_arguments, run_simulate
 
 COMMANDS = [

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from scheduler.config import DEFAULT_POLICY
 from scheduler.policies import POLICIES, call_policies
+from voicepipe.backends.arguments import add_llm_model_arguments
 from voicepipe.backends.base import LLM, GenerationParams
-from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.loading import ModelOptions
-from voicepipe.model_arguments import add_llm_model_arguments
+from voicepipe.backends.loading import ModelOptions
+from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
 
 if TYPE_CHECKING:  # it imports torch: only when a command runs
-    from voicepipe.runtime import Runtime
+    from voicepipe.call.runtime import Runtime
 
 log = logging.getLogger("voicepipe")
 
@@ -34,7 +34,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_runtime(args: argparse.Namespace) -> "Runtime":
     """The models the options name, with their engine on a thread of this process (`talk`, `turn`)."""
-    from voicepipe.runtime import Runtime
+    from voicepipe.call.runtime import Runtime
 
     return Runtime.load(ModelOptions.pick(vars(args)))
 
@@ -73,7 +73,7 @@ def generation_params(args: argparse.Namespace) -> GenerationParams:
 def load_llm_backend(args: argparse.Namespace) -> LLM:
     """Load the LLM named by the options and wrap it in the chosen backend."""
     from voicepipe.backends.llm_select import make_llm
-    from voicepipe.models import load_llm
+    from voicepipe.backends.models import load_llm
 
     started = time.perf_counter()
     model, tokenizer = load_llm(args.llm_model)

@@ -73,8 +73,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Read the settings and take the port (both fail in a second), load the models with a line per phase,
     then serve until interrupted or terminated."""
+    from voicepipe.backends.loading import ModelOptions
     from voicepipe.cli.command import UsageError
-    from voicepipe.loading import ModelOptions
     from voicepipe.server.listen import bind_socket
     from voicepipe.server.run import serve_spawned
 

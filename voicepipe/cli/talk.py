@@ -22,7 +22,7 @@ def add_talk_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_talk(args: argparse.Namespace) -> int:
     """Find the sound devices, load the models, then talk until interrupted (Ctrl+C)."""
-    from voicepipe.talk import find_devices, talk
+    from voicepipe.local.talk import find_devices, talk
 
     devices = find_devices(args.input_device, args.output_device)  # none: fail before loading anything
     asyncio.run(talk(load_runtime(args), devices))

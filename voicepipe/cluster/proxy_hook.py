@@ -13,7 +13,7 @@ import json
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from voicepipe import protocol
+from voicepipe.protocol import server_events
 
 IMPORT_PATH = "voicepipe.cluster.proxy_hook.middlewares"
 LOST_CODE = 1011
@@ -43,7 +43,7 @@ class LostCalls:
             await self.app(scope, watched_receive, watched_send)
         finally:
             if "websocket.accept" in seen and not seen & {"websocket.close", "websocket.disconnect"}:
-                event = protocol.error("replica_lost", LOST_MESSAGE, "server_error")
+                event = server_events.error("replica_lost", LOST_MESSAGE, "server_error")
                 with contextlib.suppress(Exception):  # the client may be gone as well
                     await send({"type": "websocket.send", "text": json.dumps(event)})
                     await send({"type": "websocket.close", "code": LOST_CODE, "reason": "replica lost"})

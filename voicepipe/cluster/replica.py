@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 @serve.ingress()
 class VoiceReplica:
     async def __init__(self, settings: ServeSettings, board: DeploymentHandle) -> None:
-        from voicepipe.loading import ModelOptions
-        from voicepipe.runtime import Runtime
+        from voicepipe.backends.loading import ModelOptions
+        from voicepipe.call.runtime import Runtime
         from voicepipe.server.voice_server import VoiceServer
 
         self.name = serve.get_replica_context().replica_id.unique_id

@@ -1,5 +1,6 @@
-"""One call's pipeline: VAD -> ASR -> LLM -> sentences -> TTS -> client, written as a list of stages."""
+"""One call's pipeline: VAD -> ASR -> turn-taking -> LLM -> sentences -> TTS -> client, as a list of stages."""
 
+from voicepipe.call.runtime import Runtime
 from voicepipe.pipeline.asr_stage import ASRStage
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
@@ -8,9 +9,9 @@ from voicepipe.pipeline.output import ClientOutput, Send
 from voicepipe.pipeline.sentences import SentenceAggregator
 from voicepipe.pipeline.stage import Pipeline, Stage
 from voicepipe.pipeline.tts_stage import TTSStage
-from voicepipe.pipeline.vad_stage import VADStage
-from voicepipe.runtime import Runtime
-from voicepipe.vad import Endpointer
+from voicepipe.turns.endpointer import Endpointer
+from voicepipe.turns.turn_taking import TurnTaking
+from voicepipe.turns.vad_stage import VADStage
 
 __all__ = ["CallConfig", "Conversation", "Pipeline", "Stage", "build_pipeline"]
 
@@ -24,6 +25,7 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
     return Pipeline([
         VADStage(endpointer),
         ASRStage(engine, runtime.asr_rate, config),
+        TurnTaking(engine, runtime.tokenizer, conversation, config, call_id),
         LLMStage(engine, runtime.tokenizer, conversation, config, call_id),
         SentenceAggregator(),
         TTSStage(engine, runtime.tts_rate),

@@ -3,9 +3,9 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.tools import Tool
-from voicepipe.turn_detection import TurnDetection
+from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
+from voicepipe.constrained.tools import Tool
+from voicepipe.turns.detection import TurnDetection
 
 
 @dataclass(slots=True)

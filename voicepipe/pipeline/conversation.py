@@ -9,9 +9,10 @@ OrderedDict), so a lookup, a delete or dropping the oldest is constant-time howe
 from collections import OrderedDict
 from typing import Any
 
-from voicepipe import tools
 from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.constrained import tools
 from voicepipe.ids import new_id
+from voicepipe.pipeline.turn import Reply
 
 # What a message is measured beside: its count is what it adds to a chat that holds only this (templates
 # that add a default system prompt to a chat without one would otherwise count it into every message).
@@ -63,6 +64,14 @@ class Conversation:
         if item is not None:
             self._bytes -= item["bytes"]
         return item
+
+    def add_reply(self, item_id: str, reply: Reply, spoken: bool) -> None:
+        """A reply written so far, with its complete function calls (one still being written joins when
+        it is), as a reply begun ahead of the caller joins once their words are confirmed."""
+        self.add("assistant", reply.text, item_id, spoken=spoken)
+        for call_item, call in reply.calls:
+            if call.arguments:
+                self.add("assistant", tools.call_text(call.name, call.arguments), call_item)
 
     def set_reply(self, item_id: str, text: str) -> None:
         """The reply's text as written, once the LLM is done (nothing, if the item was dropped or cut off

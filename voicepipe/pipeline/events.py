@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from voicepipe.constrained.tools import FunctionCall
     from voicepipe.pipeline.turn import Reply, Turn
-    from voicepipe.tools import Call
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,23 +202,7 @@ class BargeInResolved(Event):
 
     item_id: str
     real: bool
-
-
-@dataclass(frozen=True, slots=True)
-class CancelRequested(Event):
-    """The client asked to cancel the response in progress."""
-
-
-@dataclass(frozen=True, slots=True)
-class CommitRequested(Event):
-    """The client declared its utterance over (`input_audio_buffer.commit`), before the VAD heard silence."""
-
-    event_id: str | None = None  # the client's, for an error it causes
-
-
-@dataclass(frozen=True, slots=True)
-class ClearRequested(Event):
-    """The client asked to drop the audio it sent that no utterance has taken yet."""
+    turn: Turn | None = None  # the reply it paused
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,39 +210,6 @@ class InputCleared(Event):
     """The input audio was dropped; `item_id` names the utterance in progress that went with it, if any."""
 
     item_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ItemCreated(Event):
-    """An item the client added to the conversation (`conversation.item.create`): a text message, or a
-    function call and its output (`item`: how the client reads it back; None for a message)."""
-
-    item_id: str
-    role: str
-    text: str  # as the model reads it
-    item: dict | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ResponseRequested(Event):
-    """The client asked for a reply to the conversation as it stands (`response.create`); `metadata` comes
-    back in its `response.created` (clients match their request to its reply by it)."""
-
-    metadata: dict[str, str] | None = None
-    event_id: str | None = None  # the client's, for an error it causes
-    instructions: str | None = None  # for this reply only
-    max_tokens: int | None = None
-    out_of_band: bool = False  # `conversation: "none"`: the reply does not join the conversation
-    audio: bool = True  # False: a text-only reply, nothing synthesized
-
-
-@dataclass(frozen=True, slots=True)
-class ItemRequested(Event):
-    """The client asked to delete (`conversation.item.delete`) or read (`.retrieve`) a conversation item."""
-
-    item_id: str
-    action: str  # "delete" | "retrieve"
-    event_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,14 +222,6 @@ class ItemFound(Event):
     role: str
     text: str
     spoken: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TruncateRequested(Event):
-    """The client stopped playing an assistant item at `audio_end_ms`: the conversation keeps what it heard."""
-
-    item_id: str
-    audio_end_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,16 +266,16 @@ class TextDelta(Event):
 
 
 @dataclass(frozen=True, slots=True)
-class CallStarted(Event):
+class FunctionCallStarted(Event):
     """The LLM began a function call (its arguments follow); `item_id` is the call's conversation item."""
 
     turn: Turn
     item_id: str
-    call: Call
+    call: FunctionCall
 
 
 @dataclass(frozen=True, slots=True)
-class CallArguments(Event):
+class FunctionCallArguments(Event):
     """More of a function call's arguments (JSON text, as the model writes it)."""
 
     turn: Turn
@@ -342,12 +285,12 @@ class CallArguments(Event):
 
 
 @dataclass(frozen=True, slots=True)
-class CallDone(Event):
+class FunctionCallDone(Event):
     """A function call is complete: it is not spoken; the client runs it and sends its output."""
 
     turn: Turn
     item_id: str
-    call: Call
+    call: FunctionCall
 
 
 @dataclass(frozen=True, slots=True)

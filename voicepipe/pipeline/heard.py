@@ -100,6 +100,12 @@ class RecentReplies:
         reply = self._replies.get(item_id)
         return reply[0] if reply is not None else None
 
+    def cut(self, turn: Turn, now: float, audio_end_ms: int | None = None) -> str:
+        """Stop `turn`'s record at `now`; the words heard by then (or in its first `audio_end_ms`)."""
+        heard = self.of(turn) or Heard()
+        heard.stop(now)
+        return heard.played_text(now) if audio_end_ms is None else heard.text_until(audio_end_ms / 1000)
+
     def playing(self, now: float) -> list[Turn]:
         """The replies whose audio the caller is still to hear at `now`."""
         return [turn for turn, heard in self._replies.values() if heard.playing(now)]

@@ -7,18 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from voicepipe import protocol
 from voicepipe.pipeline.events import (
     AudioOut,
     BargeIn,
     BargeInResolved,
-    CallArguments,
-    CallDone,
-    CallStarted,
     Error,
     Event,
+    FunctionCallArguments,
+    FunctionCallDone,
+    FunctionCallStarted,
     InputCleared,
-    ItemCreated,
     ItemFound,
     PlaybackPaused,
     Played,
@@ -34,9 +32,11 @@ from voicepipe.pipeline.events import (
     TurnDone,
 )
 from voicepipe.pipeline.pacing import PlaybackClock
+from voicepipe.pipeline.requests import ItemCreated
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn, waterfall
 from voicepipe.pipeline.turn_metrics import turn_metrics
+from voicepipe.protocol import server_events
 
 # send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
 Send = Callable[..., Awaitable[None]]
@@ -106,51 +106,51 @@ class ClientOutput(Stage):
         now = time.monotonic()
         if isinstance(event, SpeechStarted):
             if event.heard:
-                await self.send(protocol.speech_started(event.item_id, event.audio_start_ms))
+                await self.send(server_events.speech_started(event.item_id, event.audio_start_ms))
         elif isinstance(event, BargeIn):
             await self._pause(event.item_id, now)
         elif isinstance(event, BargeInResolved):
             await self._resolve(event.real)
         elif isinstance(event, SpeechStopped):
-            await self.send(*protocol.speech_stopped(event.item_id, event.audio_end_ms))
+            await self.send(*server_events.speech_stopped(event.item_id, event.audio_end_ms))
         elif isinstance(event, InputCleared):
-            await self.send(protocol.audio_cleared())
+            await self.send(server_events.audio_cleared())
         elif isinstance(event, ItemCreated):
-            await self.send(*protocol.text_item(event.item_id, event.role, event.text, event.item))
-        elif isinstance(event, CallStarted):
-            await self.send(protocol.call_started(event.turn.response_id, event.item_id, event.call.call_id,
+            await self.send(*server_events.text_item(event.item_id, event.role, event.text, event.item))
+        elif isinstance(event, FunctionCallStarted):
+            await self.send(server_events.call_started(event.turn.response_id, event.item_id, event.call.call_id,
                                                   event.call.name))
-        elif isinstance(event, CallArguments):
-            await self.send(protocol.call_arguments(event.turn.response_id, event.item_id, event.call_id,
+        elif isinstance(event, FunctionCallArguments):
+            await self.send(server_events.call_arguments(event.turn.response_id, event.item_id, event.call_id,
                                                     event.delta))
-        elif isinstance(event, CallDone):
+        elif isinstance(event, FunctionCallDone):
             call = event.call
-            await self.send(*protocol.call_done(event.turn.response_id, event.item_id, call.call_id, call.name,
+            await self.send(*server_events.call_done(event.turn.response_id, event.item_id, call.call_id, call.name,
                                                 call.arguments))
         elif isinstance(event, Truncated):
             await self._truncated(event, now)
         elif isinstance(event, ItemFound):
-            await self.send(protocol.item_deleted(event.item_id) if event.action == "delete"
-                            else protocol.item_retrieved(event.item_id, event.role, event.text, event.spoken))
+            await self.send(server_events.item_deleted(event.item_id) if event.action == "delete"
+                            else server_events.item_retrieved(event.item_id, event.role, event.text, event.spoken))
         elif isinstance(event, TranscriptDelta):
-            await self.send(protocol.transcript_delta(event.item_id, event.delta, event.partial))
+            await self.send(server_events.transcript_delta(event.item_id, event.delta, event.partial))
         elif isinstance(event, TranscriptFinal):
-            await self.send(protocol.transcript_completed(event.item_id, event.text, event.audio_s))
+            await self.send(server_events.transcript_completed(event.item_id, event.text, event.audio_s))
         elif isinstance(event, ResponseCreated):
             turn = event.turn
             self._current = turn
             self._delivered[turn] = Delivered()
             while len(self._delivered) > RECENT_TURNS:
                 del self._delivered[next(iter(self._delivered))]
-            await self.send(protocol.response_created(turn.response_id, turn.output_item_id, event.metadata,
+            await self.send(server_events.response_created(turn.response_id, turn.output_item_id, event.metadata,
                                                       turn.spoken, event.out_of_band))
         elif isinstance(event, TextDelta):
-            await self.send(protocol.text_delta(event.turn.response_id, event.turn.output_item_id, event.text))
+            await self.send(server_events.text_delta(event.turn.response_id, event.turn.output_item_id, event.text))
         elif isinstance(event, AudioOut):
             await self._audio(event)
         elif isinstance(event, TurnDone):
             if self._delivered_of(event.turn).chunks:
-                await self.send(protocol.audio_done(event.turn.response_id))
+                await self.send(server_events.audio_done(event.turn.response_id))
             await self._finish(event.turn, event.reply, "completed")
         elif isinstance(event, TurnCancelled):
             if event.turn is self._paused:
@@ -159,7 +159,7 @@ class ClientOutput(Stage):
                 await self._stop_audio(event.turn, now)
                 await self._finish(event.turn, event.reply, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
         elif isinstance(event, Error):
-            await self.send(protocol.error(event.code, event.message, event.type, event.event_id))
+            await self.send(server_events.error(event.code, event.message, event.type, event.event_id))
 
     async def _audio(self, event: AudioOut, resumed: bool = False) -> None:
         step = int(MAX_FRAME_S * self.sample_rate)
@@ -186,8 +186,8 @@ class ClientOutput(Stage):
         self._sent.append((audio.index, audio.text, start, pcm))
         self._audible = turn
         self.emit_upstream(Played(turn, audio.index, audio.text, start, seconds, self.clock.playout_end, resumed))
-        await self.send(protocol.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate),
-                        pcm.astype("<i2", copy=False).tobytes())
+        delta = server_events.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate)
+        await self.send(delta, pcm.astype("<i2", copy=False).tobytes())
 
     async def _pause(self, item_id: str, now: float) -> None:
         """The caller spoke over the reply: stop its audio where the caller is, keep the rest for later."""
@@ -228,7 +228,7 @@ class ClientOutput(Stage):
         """The caller's queued audio of `turn` is dropped, here and (told so) in the client."""
         self._audible, self._sent = None, []
         self.clock.clear(now)
-        await self.send(protocol.playback_cleared(turn.response_id))
+        await self.send(server_events.playback_cleared(turn.response_id))
 
     async def _truncated(self, event: Truncated, now: float) -> None:
         """A reply was cut off (its item says only what was heard): its audio stops; a client that asked
@@ -237,7 +237,7 @@ class ClientOutput(Stage):
             self._delivered_of(event.turn).said = event.said
         await self._stop_audio(event.turn, now)
         if event.audio_end_ms is not None:
-            await self.send(protocol.item_truncated(event.turn.output_item_id, event.audio_end_ms))
+            await self.send(server_events.item_truncated(event.turn.output_item_id, event.audio_end_ms))
 
     async def _finish(self, turn: Turn, reply: Reply, status: str, reason: str | None = None) -> None:
         turn.finished = True
@@ -257,8 +257,8 @@ class ClientOutput(Stage):
                    "deadline_met": met, "underruns": delivered.underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
-        calls = tuple(protocol.function_call_item(item_id, call.call_id, call.name, call.arguments)
+        calls = tuple(server_events.function_call_item(item_id, call.call_id, call.name, call.arguments)
                       for item_id, call in reply.calls)
-        await self.send(protocol.response_done(turn.response_id, status, turn.output_item_id,
+        await self.send(server_events.response_done(turn.response_id, status, turn.output_item_id,
                                                reply.text if delivered.said is None else delivered.said,
                                                (reply.prompt_tokens, reply.output_tokens), calls, **details))

@@ -1,9 +1,9 @@
 """Sentence aggregation: the LLM's text deltas cut into pieces worth synthesizing."""
 
 from voicepipe.pipeline.events import Event, ResponseCreated, Sentence, TextDelta, TextDone, TurnCancelled
+from voicepipe.pipeline.sentence_split import FirstPhrase, speakable, split_ready
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Turn
-from voicepipe.sentence_split import FirstPhrase, speakable, split_ready
 
 
 class SentenceAggregator(Stage):

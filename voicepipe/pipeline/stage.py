@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from scheduler.client import EngineUnavailable
+from scheduler.channel.client import EngineUnavailable
 from voicepipe.pipeline.events import Error, Event, Feedback
 
 log = logging.getLogger(__name__)

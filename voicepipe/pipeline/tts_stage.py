@@ -5,8 +5,8 @@ import logging
 import time
 
 from scheduler import RequestClass
-from scheduler.client import EngineClient
-from voicepipe.loading import TTS_SENTENCE
+from scheduler.channel.client import EngineClient
+from voicepipe.backends.loading import TTS_SENTENCE
 from voicepipe.pipeline.events import (
     AudioOut,
     Error,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from voicepipe.ids import new_id
 
 if TYPE_CHECKING:
-    from voicepipe.tools import Call
+    from voicepipe.constrained.tools import FunctionCall
 
 
 class Mark:
@@ -81,6 +81,14 @@ class Turn:
         """Record when a stage first happened (later calls keep the first time)."""
         self.timings.setdefault(stage, (time.monotonic() if now is None else now) - self.speech_end)
 
+    def ended(self, confirmed_at: float | None, transcript_at: float | None = None) -> None:
+        """When the end of the caller's speech was confirmed and when its final transcript came (None: not
+        known, or, for a reply begun ahead, marked already at the pause)."""
+        if transcript_at is not None:
+            self.mark(Mark.TRANSCRIPT, transcript_at)
+        if confirmed_at is not None:
+            self.mark(Mark.END_CONFIRMED, confirmed_at)
+
     def confirm(self, speech_end: float, deadline: float) -> None:
         """The speculation held: time the turn from the confirmed end of speech, as any other."""
         shift = self.speech_end - speech_end
@@ -96,7 +104,7 @@ class Reply:
     prompt_tokens: int = 0
     text: str = ""
     output_tokens: int = 0
-    calls: list[tuple[str, Call]] = field(default_factory=list)  # (item id, call), in the order made
+    calls: list[tuple[str, FunctionCall]] = field(default_factory=list)  # (item id, call), in the order made
     done: bool = False  # the LLM's request ended
 
     def copy(self) -> Reply:

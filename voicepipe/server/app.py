@@ -9,7 +9,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from scheduler.client import EngineUnavailable
+from scheduler.channel.client import EngineUnavailable
 from voicepipe import __version__
 from voicepipe.server.body_limit import BodyLimit
 from voicepipe.server.chat_api import build_router, install_error_handlers

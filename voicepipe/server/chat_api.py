@@ -17,15 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler import RequestClass, SamplingParams
-from scheduler.client import EngineUnavailable
-from scheduler.grammar import Grammar
-from scheduler.schema_limits import SchemaTooComplex
-from voicepipe import grammars, tools
+from scheduler.channel.client import EngineUnavailable
+from scheduler.grammar.constraint import Grammar
+from scheduler.grammar.schema_limits import SchemaTooComplex
 from voicepipe.backends.base import chat_prompt_ids
-from voicepipe.grammars import FieldRefused
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
+from voicepipe.constrained import grammars, tools
+from voicepipe.constrained.grammars import FieldRefused
 from voicepipe.ids import new_id
-from voicepipe.limits import Limits
-from voicepipe.runtime import Runtime
 from voicepipe.server.completion import Completion
 from voicepipe.server.methods import FALLBACK
 from voicepipe.server.metrics import CallMetrics

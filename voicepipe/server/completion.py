@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
-from voicepipe import tools
+from voicepipe.constrained import tools
 
 
 class Completion:
@@ -18,7 +18,7 @@ class Completion:
         self.created = int(time.time())
         self.text, self.tokens, self.finish_reason = "", 0, None
         self.error: str | None = None  # why the engine failed the request, if it did
-        self.parser = tools.CallParser() if calls else None  # the reply may call a tool
+        self.parser = tools.FunctionCallParser() if calls else None  # the reply may call a tool
         self.calls_started = 0
 
     def add(self, text: str, finish_reason: str | None, token: bool) -> list[dict]:

@@ -8,11 +8,11 @@ from typing import Protocol
 
 from starlette.websockets import WebSocket
 
-from voicepipe.limits import Limits
-from voicepipe.runtime import Runtime
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
+from voicepipe.protocol.transport import Transport
 from voicepipe.server.metrics import CallMetrics
 from voicepipe.server.security import Access, Security
-from voicepipe.transport import Transport
 
 Dialect = Callable[[Transport], Transport]  # wraps a native-protocol line in another dialect
 

@@ -17,13 +17,12 @@ from typing import Any
 import numpy as np
 import soxr
 
-from voicepipe import protocol
+from voicepipe.call.runtime import Runtime
 from voicepipe.ids import new_id
-from voicepipe.protocol import ClientEvent, ServerEvent
-from voicepipe.runtime import Runtime
+from voicepipe.protocol import ClientEvent, ServerEvent, client_events, server_events
+from voicepipe.protocol.transport import Transport
 from voicepipe.server.realtime_session import RATE, UnsupportedSession, ga_session, native_update
-from voicepipe.transport import Transport
-from voicepipe.vad import SAMPLE_RATE
+from voicepipe.turns.endpointer import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 # GA name -> the beta name older clients read (sent instead when the client asks for the beta).
@@ -56,10 +55,10 @@ class RealtimeDialect:
         while True:
             message = await self.line.recv()
             if isinstance(message, bytes):
-                await self._send(protocol.error("invalid_event", "send audio as input_audio_buffer.append events "
+                await self._send(server_events.error("invalid_event", "send audio as input_audio_buffer.append events "
                                                "(base64 PCM16 at 24 kHz), not binary frames"))
                 continue
-            refused = protocol.too_large(message, self.max_message_bytes)
+            refused = client_events.too_large(message, self.max_message_bytes)
             if refused is not None:
                 await self._send(refused)
                 continue
@@ -73,15 +72,15 @@ class RealtimeDialect:
 
     async def _inbound(self, event: dict) -> bytes | dict | None:
         kind = event.get("type")
-        cause = protocol.event_id_of(event)
+        cause = client_events.event_id_of(event)
         if kind == ClientEvent.AUDIO_APPEND:
             try:
                 pcm = base64.b64decode(event.get("audio") or "", validate=True)
             except (binascii.Error, ValueError, TypeError) as e:
-                await self._send(protocol.error("invalid_audio", f"input_audio_buffer.append: {e}", event_id=cause))
+                await self._send(server_events.error("invalid_audio", f"input_audio_buffer.append: {e}", event_id=cause))
                 return None
             if len(pcm) % 2:
-                await self._send(protocol.error("invalid_audio", "PCM16 audio needs an even number of bytes",
+                await self._send(server_events.error("invalid_audio", "PCM16 audio needs an even number of bytes",
                                                 event_id=cause))
                 return None
             return self._mic.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2").tobytes() or None
@@ -89,7 +88,7 @@ class RealtimeDialect:
             try:
                 return {"type": ClientEvent.SESSION_UPDATE, "session": native_update(event.get("session"))}
             except UnsupportedSession as e:
-                await self._send(protocol.error("unsupported_session", str(e), event_id=cause))
+                await self._send(server_events.error("unsupported_session", str(e), event_id=cause))
                 return None
         return event  # the rest has the same name and shape natively (or the session says so)
 

@@ -6,8 +6,8 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from voicepipe.loading import ModelOptions
-from voicepipe.runtime import Runtime
+from voicepipe.backends.loading import ModelOptions
+from voicepipe.call.runtime import Runtime
 from voicepipe.server.voice_server import VoiceServer
 
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 from scheduler.config import DEFAULT_POLICY
 from scheduler.config import KNOBS as KNOB_RANGES
 from scheduler.policies import call_policies
+from voicepipe.backends.loading import DEVICES, PRECISIONS
 from voicepipe.backends.tts_select import TTS_CHOICES
-from voicepipe.instructions import DEFAULT_INSTRUCTIONS
-from voicepipe.limits import Limits
-from voicepipe.loading import DEVICES, PRECISIONS
+from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
+from voicepipe.call.limits import Limits
 from voicepipe.server.listen import is_loopback
 from voicepipe.server.security import Security
 
@@ -65,7 +65,7 @@ class ServeSettings:
     # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
     policy: str = DEFAULT_POLICY
     llm_model: str | None = None
-    llm_precision: str | None = None  # None: the device's default (scheduler.device.default_precision)
+    llm_precision: str | None = None  # None: the device's default (scheduler.model.device.default_precision)
     device: str = "auto"
     asr_model: str | None = None
     tts: str = "piper"

@@ -9,10 +9,11 @@ from pathlib import Path
 import uvicorn
 from starlette.websockets import WebSocket
 
-from voicepipe import protocol
-from voicepipe.limits import Limits
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
+from voicepipe.call.session import Session
 from voicepipe.pipeline import CallConfig
-from voicepipe.runtime import Runtime
+from voicepipe.protocol import server_events
 from voicepipe.server.app import build_app
 from voicepipe.server.heap import freeze_heap, thaw_heap
 from voicepipe.server.host import Dialect
@@ -22,8 +23,7 @@ from voicepipe.server.loop_lag import LoopLag
 from voicepipe.server.metrics import call_metrics
 from voicepipe.server.security import Access, Security
 from voicepipe.server.websocket import WebSocketLine
-from voicepipe.session import Session
-from voicepipe.vad import SileroVAD
+from voicepipe.turns.endpointer import SileroVAD
 from voicepipe.web_files import WEB_DIR
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class VoiceServer:
             code, reason, message = refusal
             self.metrics.refused.labels(reason).inc()
             log.info("refused a call: %s", message)
-            await transport.send(protocol.error(reason, message, "server_error"))
+            await transport.send(server_events.error(reason, message, "server_error"))
             await line.close(code, reason.replace("_", " "))
             return
         session = Session(transport, self.runtime, self.limits, self.call_config, may_tune=access.may_tune)
@@ -158,7 +158,7 @@ class VoiceServer:
             return
         self.metrics.engine_failures.inc()
         for call in list(self.calls):
-            notice = asyncio.ensure_future(call.send(protocol.error(
+            notice = asyncio.ensure_future(call.send(server_events.error(
                 "engine_unavailable", "the engine stopped and is restarting; what you said is kept and will "
                 "be answered once it is back (usually within seconds)", "server_error")))
             self._notices.add(notice)

@@ -4,7 +4,7 @@ import json
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from voicepipe.transport import Disconnected
+from voicepipe.protocol.transport import Disconnected
 
 
 class WebSocketLine:

@@ -20,7 +20,7 @@ from scheduler import RequestClass, SamplingParams, Sequence
 from scheduler.jobs import JobResult, make_job
 from scheduler.request import Output
 from scheduler.sim import Driver
-from voicepipe.loading import ASR_FINAL, TTS_SENTENCE
+from voicepipe.backends.loading import ASR_FINAL, TTS_SENTENCE
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.pacing import Pacing, PlaybackClock
 from voicepipe.pipeline.turn import Turn

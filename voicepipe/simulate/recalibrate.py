@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from scheduler.device import WEIGHT_DTYPES
+    from scheduler.model.device import WEIGHT_DTYPES
     from voicepipe.bench.random_weights import random_llm
 
     if not torch.cuda.is_available():

@@ -73,7 +73,7 @@ def measure(scenario: Scenario, model: Any, tokenizer: Any, prices: JobPrices, c
     clock = clock or ThreadClock()
     jobs = {kind: JobHandler(_stand_in(fn, clock)) for kind, fn in priced_jobs(prices).items()}
     from scheduler import Engine
-    from scheduler.runner import ModelRunner
+    from scheduler.model.runner import ModelRunner
 
     engine_config = scenario.config({}, **config)
     runner = RecordingRunner(ModelRunner(model, engine_config))

@@ -1,0 +1,85 @@
+"""A Session and the Realtime dialect driven through an in-memory transport and the fake engine: bad input
+answered and the call going on, a client that vanishes, an idle one, in milliseconds."""
+
+import asyncio
+import base64
+import json
+from contextlib import asynccontextmanager
+
+from support.fake_transport import QueueTransport
+from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
+
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
+from voicepipe.call.session import Session
+from voicepipe.protocol import ClientEvent, ServerEvent
+from voicepipe.server.realtime import RealtimeDialect
+
+QUESTION, REPLY = "What is the capital of France?", "Paris is the capital of France."
+TEXT_ITEM = {"type": ClientEvent.ITEM_CREATE,
+             "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": QUESTION}]}}
+
+
+@asynccontextmanager
+async def session(limits: Limits | None = None, realtime: bool = False):
+    """A call being served over a QueueTransport: (client transport, session, engine)."""
+    engine = FakeEngine(FakeTokenizer(), {QUESTION: REPLY}, asr=FakeASR(""), tts=FakeTTS())
+    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
+    limits = limits or Limits()
+    client = QueueTransport()
+    line = RealtimeDialect(client, runtime, limits.max_message_bytes) if realtime else client
+    call = Session(line, runtime, limits)
+    served = asyncio.create_task(call.run())
+    try:
+        await client.until("session.created")
+        yield client, call, engine
+    finally:
+        client.leave()
+        await asyncio.wait_for(served, 5)
+
+
+async def test_malformed_oversized_and_unknown_messages_get_errors_and_the_call_goes_on():
+    async with session(Limits(max_message_bytes=2048)) as (client, _, _):
+        client.put("{not json", json.dumps({"type": "x", "pad": "a" * 4096}), {"type": "no.such.event"},
+                   {"type": 7, "event_id": "evt_1"}, "[1, 2]")
+        await client.until(ServerEvent.ERROR, 5)
+        codes = [e["error"]["code"] for e in client.events(ServerEvent.ERROR)]
+        assert codes[:2] == ["invalid_json", "message_too_large"] and len(codes) == 5
+        assert client.events(ServerEvent.ERROR)[3]["error"]["event_id"] == "evt_1"
+        client.put(TEXT_ITEM, {"type": ClientEvent.RESPONSE_CREATE})
+        done = await client.until(ServerEvent.RESPONSE_DONE)
+        assert done["response"]["status"] == "completed"
+
+
+async def test_a_client_that_vanishes_mid_reply_ends_its_call_and_its_request():
+    async with session() as (client, call, engine):
+        engine.gate.clear()  # the reply is being written when the client goes
+        client.put(TEXT_ITEM, {"type": ClientEvent.RESPONSE_CREATE})
+        await client.until(ServerEvent.RESPONSE_CREATED)
+        assert call.id in engine.sessions and call.replying
+        client.leave()
+        for _ in range(100):
+            if call.id not in engine.sessions:
+                break
+            await asyncio.sleep(0.01)
+        assert call.id not in engine.sessions  # released from the KV pool
+        assert all(r.closed for r in engine.requests)  # the reply's request was aborted
+        assert not call.pipeline.tasks  # every task of the call ended
+
+
+async def test_an_idle_client_is_told_and_closed():
+    async with session(Limits(idle_timeout_s=0.05)) as (client, _, _):
+        error = await client.until(ServerEvent.ERROR)
+        assert error["error"]["code"] == "idle_timeout" and client.closed == (1000, "idle timeout")
+
+
+async def test_the_realtime_dialect_refuses_bad_audio_and_binary_frames():
+    async with session(realtime=True) as (client, _, _):
+        client.put(b"\x00\x01", {"type": ClientEvent.AUDIO_APPEND, "audio": "not base64!", "event_id": "evt_a"},
+                   {"type": ClientEvent.AUDIO_APPEND, "audio": base64.b64encode(b"\x00\x01\x02").decode()})
+        await client.until(ServerEvent.ERROR, 3)
+        errors = [(e["error"]["code"], e["error"]["event_id"]) for e in client.events(ServerEvent.ERROR)]
+        assert errors == [("invalid_event", None), ("invalid_audio", "evt_a"), ("invalid_audio", None)]
+        client.put({"type": ClientEvent.AUDIO_APPEND, "audio": base64.b64encode(bytes(4800)).decode()})
+        client.put(TEXT_ITEM, {"type": ClientEvent.RESPONSE_CREATE})
+        assert (await client.until("response.done"))["response"]["status"] == "completed"  # the call went on

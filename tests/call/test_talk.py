@@ -1,0 +1,211 @@
+"""`voicepipe talk` through real PortAudio devices, and its message when there are none.
+
+A PulseAudio server of the test's own, with two null sinks, is the sound card: the test plays espeak-ng
+speech into the sink `mic`, whose monitor is the default source talk records from, and records the
+default sink `speaker`, where talk plays, through its monitor. So the audio crosses PortAudio both ways
+in real time (its ALSA host API, through the ALSA pulse plugin), as a microphone's and a loudspeaker's
+would. Needs Debian's pulseaudio, pulseaudio-utils and libasound2-plugins.
+"""
+
+import asyncio
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from support.helpers import QUESTION, TURN_TIMEOUT_S
+
+from voicepipe.audio import to_float32
+from voicepipe.backends.loading import ASR_PARTIAL
+from voicepipe.call.runtime import Runtime
+from voicepipe.local.playback import PlaybackBuffer
+from voicepipe.local.talk import Devices, LocalCall, find_devices
+
+RATE = 16000  # of the recording of the speaker
+STORY = "Tell me a story about a dragon."  # heard well through the sound server, and answered at length
+PULSE_SCRIPT = """\
+load-module module-native-protocol-unix socket={socket} auth-anonymous=1
+load-module module-null-sink sink_name=speaker
+load-module module-null-sink sink_name=mic
+set-default-sink speaker
+set-default-source mic.monitor
+"""
+needs_pulse = pytest.mark.skipif(
+    not all(shutil.which(tool) for tool in ("pulseaudio", "pactl", "paplay", "parec")),
+    reason="PulseAudio is not installed (Debian: pulseaudio pulseaudio-utils libasound2-plugins)")
+
+
+@pytest.fixture(scope="module")
+def pulse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PulseAudio server; its address is in PULSE_SERVER while this module's tests run."""
+    folder = tmp_path_factory.mktemp("pulse")
+    script = folder / "talk.pa"
+    script.write_text(PULSE_SCRIPT.format(socket=folder / "native"))
+    server = f"unix:{folder / 'native'}"
+    daemon = subprocess.Popen(
+        ["pulseaudio", "-n", "-F", str(script), "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no",
+         "--disable-shm=yes"],
+        env={**os.environ, "HOME": str(folder), "XDG_RUNTIME_DIR": str(folder)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 30
+        while subprocess.run(["pactl", "--server", server, "info"], capture_output=True).returncode:
+            assert daemon.poll() is None and time.monotonic() < end, "pulseaudio did not start"
+            time.sleep(0.1)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("PULSE_SERVER", server)
+            yield server
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+
+
+@pytest.fixture(scope="module")
+def devices(pulse: str) -> Devices:
+    import sounddevice
+
+    sounddevice._terminate()  # PortAudio lists the devices once: list them again, now that the server runs
+    sounddevice._initialize()
+    return find_devices()
+
+
+class Recording:
+    """What reaches the speaker, recorded from its monitor as 16 kHz PCM16 by parec."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def position(self) -> int:
+        return self.path.stat().st_size // 2
+
+    def audio(self, start: int, end: int) -> np.ndarray:
+        return to_float32(np.fromfile(self.path, "<i2", count=end)[max(0, start):])
+
+
+@pytest.fixture(scope="module")
+def recording(pulse: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
+    path = tmp_path_factory.mktemp("speaker") / "speaker.raw"
+    with path.open("wb") as file:
+        recorder = subprocess.Popen(["parec", "-d", "speaker.monitor", f"--rate={RATE}", "--channels=1",
+                                     "--format=s16le", "--latency-msec=20"], stdout=file)
+    try:
+        yield Recording(path)
+    finally:
+        recorder.terminate()
+        recorder.wait(30)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def call(runtime: Runtime, devices: Devices, recording: Recording):
+    """`voicepipe talk`'s call, on this module's event loop, printing into a buffer."""
+    call = LocalCall(runtime, devices, out=io.StringIO())
+    running = asyncio.create_task(call.run())
+    await until(lambda: "listening" in printed(call), 30)
+    yield call
+    await call.hang_up()
+    await asyncio.wait_for(running, 60)
+
+
+def printed(call: LocalCall, start: int = 0) -> str:
+    return call.line.out.getvalue()[start:]
+
+
+async def until(condition: Callable[[], object], timeout: float = TURN_TIMEOUT_S,
+                printed: Callable[[], str] = str) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"timed out; printed {printed()!r}"
+        await asyncio.sleep(0.05)
+
+
+async def say(wav: Path) -> None:
+    """Play a WAV file into the microphone, in real time."""
+    player = await asyncio.create_subprocess_exec("paplay", "-d", "mic", str(wav))
+    assert await player.wait() == 0
+
+
+def rms(audio: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(audio)))) if len(audio) else 0.0
+
+
+@needs_pulse
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_spoken_question_is_answered_aloud(call, runtime, recording, speech_wav, words):
+    mark, start = len(printed(call)), recording.position()
+    await say(speech_wav(QUESTION))
+    pattern = re.compile(r"you: (.*)\nassistant: (.+)\n")
+    await until(lambda: pattern.search(printed(call, mark)), printed=lambda: printed(call, mark))
+    transcript, answer = pattern.search(printed(call, mark)).groups()
+    assert {"capital", "france"} <= words(transcript)
+    assert "[interrupted]" not in answer
+
+    await until(lambda: len(call.line.playback) == 0)
+    await asyncio.sleep(1.0)  # what the sound devices still buffer
+    reply = recording.audio(start, recording.position())
+    assert rms(reply) > 0.01, "the speaker stayed silent"
+    heard = await runtime.engine.run_job(ASR_PARTIAL, reply)
+    said = words(answer)
+    assert len(words(heard) & said) >= max(2, len(said) // 3), (heard, answer)
+
+
+@needs_pulse
+@pytest.mark.asyncio(loop_scope="module")
+async def test_speaking_over_the_reply_silences_it(call, devices, recording, speech_wav):
+    playback = call.line.playback
+    cleared: list[tuple[int, int]] = []  # (samples dropped, where the recording was then)
+    clear = playback.clear
+
+    def clear_and_note() -> int:
+        dropped = clear()
+        cleared.append((dropped, recording.position()))
+        return dropped
+
+    playback.clear = clear_and_note
+    mark = len(printed(call))
+    await say(speech_wav(STORY))
+    await until(lambda: len(playback) > 2 * devices.output_rate)  # seconds of the reply queued to play...
+    playing = recording.position()
+    await until(lambda: recording.position() > playing + RATE // 2)  # ...and half a second of it played
+    await say(speech_wav("Stop. Tell me something else."))
+    await until(lambda: cleared)
+    dropped, at = cleared[0]
+    assert dropped > 0, "no queued reply was dropped"
+    await until(lambda: "[interrupted]" in printed(call, mark))
+
+    await until(lambda: recording.position() > at + 2 * RATE)
+    assert rms(recording.audio(at - int(0.6 * RATE), at - int(0.1 * RATE))) > 0.01, "the reply was not playing"
+    # Well before the next reply can start (the caller is still speaking), the speaker is silent.
+    assert rms(recording.audio(at + int(0.7 * RATE), at + 2 * RATE)) < 0.001, "the reply played on"
+
+
+def test_the_playback_buffer_wraps_drops_and_clears():
+    buffer, out = PlaybackBuffer(5), np.empty(3, np.int16)
+    buffer.write(np.arange(1, 4, dtype=np.int16))
+    assert buffer.read_into(out) == 3 and out.tolist() == [1, 2, 3]
+    buffer.write(np.arange(4, 11, dtype=np.int16))  # wraps around the end; 9 and 10 do not fit
+    assert len(buffer) == 5 and buffer.dropped == 2
+    more = np.empty(7, np.int16)
+    assert buffer.read_into(more) == 5 and more.tolist() == [4, 5, 6, 7, 8, 0, 0]  # then silence
+    buffer.write(np.ones(4, np.int16))
+    assert buffer.clear() == 4 and len(buffer) == 0
+    assert buffer.read_into(out) == 0 and out.tolist() == [0, 0, 0]
+
+
+def test_no_sound_device_is_a_clear_error(tmp_path):
+    """With no sound card and no sound server to reach, PortAudio lists no device at all."""
+    if Path("/dev/snd").exists():
+        pytest.skip("this machine has a sound card")
+    env = {**os.environ, "PULSE_SERVER": f"unix:{tmp_path / 'no-server'}"}
+    result = subprocess.run([sys.executable, "-m", "voicepipe", "talk"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("voicepipe: error: no audio input/output device found ("), result.stderr
+    assert result.stderr.count("\n") == 1 and not result.stdout

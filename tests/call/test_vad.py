@@ -1,0 +1,84 @@
+"""The streaming VAD and endpointer on espeak-ng speech surrounded by silence."""
+
+import numpy as np
+import pytest
+
+from voicepipe.audio import read_audio
+from voicepipe.turns.detection import TurnDetection
+from voicepipe.turns.endpointer import SAMPLE_RATE, Endpointer
+
+FRAME = SAMPLE_RATE // 50  # 20 ms, as clients send it
+
+
+@pytest.fixture(scope="module")
+def speech(speech_wav) -> np.ndarray:
+    return read_audio(speech_wav("The quick brown fox jumps over the lazy dog."), SAMPLE_RATE)
+
+
+def loud_extent(audio: np.ndarray) -> tuple[float, float]:
+    """First and last loud sample, in seconds: where the speech really is."""
+    loud = np.flatnonzero(np.abs(audio) > 0.02)
+    return loud[0] / SAMPLE_RATE, loud[-1] / SAMPLE_RATE
+
+
+def stream(endpointer: Endpointer, audio: np.ndarray) -> list:
+    found = []
+    for start in range(0, len(audio), FRAME):
+        found += endpointer.feed(audio[start:start + FRAME])
+    return found
+
+
+def test_finds_start_and_end_of_speech(speech):
+    silence = np.zeros(SAMPLE_RATE, np.float32)
+    audio = np.concatenate([silence, speech, silence, silence])
+    onset, offset = loud_extent(audio)
+    found = stream(Endpointer(TurnDetection(type="server_vad")), audio)
+    kinds = [b.kind for b in found if b.kind not in ("audio", "quiet")]
+    assert kinds == ["start", "pause", "stop"], kinds
+    start, stop = found[0], next(b for b in found if b.kind == "stop")
+    # The utterance begins up to the 300 ms prefix padding (plus a window or two) before the speech...
+    assert onset - 0.3 - 0.1 <= start.position / SAMPLE_RATE <= onset + 0.1
+    # ...and ends after 500 ms of silence following its last word.
+    assert offset + 0.4 <= stop.position / SAMPLE_RATE <= offset + 0.5 + 0.3
+    assert not stop.truncated
+    utterance = sum(len(b.audio) for b in found if b.kind == "audio")
+    assert utterance == stop.position - start.position
+    assert stop.speech_samples <= utterance
+
+
+def test_silence_is_not_speech():
+    assert stream(Endpointer(), np.zeros(3 * SAMPLE_RATE, np.float32)) == []
+
+
+def test_long_speech_is_cut(speech):
+    found = stream(Endpointer(max_utterance_s=1.0), np.concatenate([speech, np.zeros(SAMPLE_RATE, np.float32)]))
+    stops = [b for b in found if b.kind == "stop"]
+    assert len(stops) == 1 and stops[0].truncated
+    assert sum(len(b.audio) for b in found if b.kind == "audio") <= SAMPLE_RATE
+
+
+@pytest.mark.parametrize("silence_ms", [200, 900])
+def test_a_verdict_at_the_pause_ends_the_utterance_after_the_silence_it_asks_for(speech, silence_ms):
+    audio = np.concatenate([np.zeros(SAMPLE_RATE // 2, np.float32), speech, np.zeros(3 * SAMPLE_RATE, np.float32)])
+    _, offset = loud_extent(audio)
+    endpointer = Endpointer(TurnDetection())  # semantic: on its own it would wait 2 s
+    found, pause = [], None
+    for start in range(0, len(audio), FRAME):
+        found += endpointer.feed(audio[start:start + FRAME])
+        if pause is None and any(b.kind == "pause" for b in found):
+            pause = next(b for b in found if b.kind == "pause")
+            found += endpointer.end_after(silence_ms)
+    stop = next(b for b in found if b.kind == "stop")
+    if silence_ms <= 200:
+        assert stop.position == pause.position  # the pause had lasted that long already: ended at once
+    assert offset + silence_ms / 1000 - 0.1 <= stop.position / SAMPLE_RATE <= offset + silence_ms / 1000 + 0.2
+
+
+def test_under_manual_turns_all_audio_is_the_utterance_until_commit(speech):
+    audio = np.concatenate([np.zeros(SAMPLE_RATE, np.float32), speech, np.zeros(3 * SAMPLE_RATE, np.float32)])
+    endpointer = Endpointer(TurnDetection(type=None))
+    found = stream(endpointer, audio)
+    assert [b.kind for b in found if b.kind != "audio"] == ["start"] and found[0].position == 0
+    assert sum(len(b.audio) for b in found if b.kind == "audio") == len(audio) // 512 * 512  # silence too
+    stop = endpointer.commit()
+    assert [b.kind for b in stop] == ["stop"] and endpointer.commit() == []

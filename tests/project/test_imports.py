@@ -1,0 +1,116 @@
+"""The import graph runs one way: no module of voicepipe/, scheduler/ or kernels/ imports, at load time,
+one that imports it back (imports inside functions do not count: they run after loading). Type-only
+imports (under TYPE_CHECKING) never fail at run time, but a circle through them is still two modules
+that each need the other: they are held to the same rule. And the layers hold: scheduler never imports
+voicepipe, kernels neither."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("voicepipe", "scheduler", "kernels")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def load_time_imports(path: Path, name: str, known: set[str], types: bool = False) -> set[str]:
+    """The project modules `path` imports when it loads (with `types`, and those it imports for types)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If):
+                if types or "TYPE_CHECKING" not in ast.unparse(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body])
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1]) if node.level else ""
+                base = ".".join(p for p in (base, node.module or "") if p)
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
+
+    visit(tree.body)
+    return {m for m in found if m in known and m != name}
+
+
+def graph(types: bool = False) -> dict[str, set[str]]:
+    paths = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    known = set(paths)
+    edges = {name: load_time_imports(path, name, known, types) for name, path in paths.items()}
+    for name in edges:  # importing a.b.c loads a and a.b first
+        parts = name.split(".")
+        edges[name] |= {".".join(parts[:i]) for i in range(1, len(parts))} & known - {name}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each cycle found by a depth-first walk, as the path around it."""
+    found, state, stack = [], {}, []
+
+    def walk(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                walk(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            walk(node)
+    return found
+
+
+@pytest.mark.parametrize("types", [False, True], ids=["load-time", "with-type-only"])
+def test_no_module_imports_one_that_imports_it_back(types: bool):
+    edges = graph(types)
+    # a package's __init__ importing its own modules is how a package loads, not a circle through it
+    edges = {n: {m for m in e if not n.startswith(m + ".")} for n, e in edges.items()}
+    assert cycles(edges) == []
+
+
+@pytest.mark.parametrize("types", [False, True], ids=["load-time", "with-type-only"])
+def test_the_scheduler_and_the_kernels_know_nothing_of_the_layers_above(types: bool):
+    for name, imports in graph(types).items():
+        if name.startswith("scheduler"):
+            assert not {m for m in imports if m.startswith("voicepipe")}, name
+        if name.startswith("kernels"):
+            assert not {m for m in imports if m.startswith(("voicepipe", "scheduler"))}, name
+
+
+def test_a_circle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_type_only_imports_are_seen(tmp_path: Path):
+    module = tmp_path / "a.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import b\nimport c\n")
+    assert load_time_imports(module, "a", {"b", "c"}) == {"c"}
+    assert load_time_imports(module, "a", {"b", "c"}, types=True) == {"b", "c"}
+
+
+def test_the_engine_bench_entry_point_loads_no_command_line():
+    """`python -m voicepipe.bench` runs where the audio packages the commands import are missing."""
+    edges, seen, todo = graph(), set(), ["voicepipe.bench.__main__"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(edges[name])
+    assert not {m for m in seen if m.startswith("voicepipe.cli")}

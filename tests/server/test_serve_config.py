@@ -1,0 +1,216 @@
+"""`voicepipe serve`'s configuration: flag > environment > TOML file > default, the checks that refuse an
+open or broken server, `-v` anywhere, the port taken before the models load, and the conversion's bar."""
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scheduler.config import EngineConfig
+from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
+from voicepipe.call.limits import Limits
+from voicepipe.cli import build_parser, main
+from voicepipe.server.settings import ServeSettings, SettingsError, is_loopback, load_settings
+
+
+def settings(*flags: str, env: dict[str, str] | None = None) -> ServeSettings:
+    return load_settings(build_parser().parse_args(["serve", *flags]), env or {})
+
+
+def config_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "voicepipe.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_nothing_given_is_the_defaults():
+    assert settings() == ServeSettings()
+
+
+def test_defaults_are_those_of_the_calls_and_the_other_commands():
+    """The settings spell out defaults that live elsewhere (importing them would import torch)."""
+    from voicepipe.pipeline import CallConfig
+
+    call = CallConfig()
+    assert settings().call_config() == CallConfig(instructions=DEFAULT_INSTRUCTIONS, ttfa_s=call.ttfa_s,
+                                                  max_tokens=call.max_tokens, temperature=call.temperature)
+    assert settings().limits() == Limits()
+    talk = vars(build_parser().parse_args(["talk"]))
+    options = settings().model_options()
+    knobs = options.pop("engine_fields")
+    assert options == {name: talk[name] for name in options}
+    engine = EngineConfig()
+    assert knobs == {"max_batch_tokens": engine.max_batch_tokens, "max_batch_seqs": engine.max_batch_seqs}
+
+
+def test_the_knobs_and_the_text_limits_are_settings(tmp_path):
+    toml = config_file(tmp_path, "text_max_tokens = 64")
+    chosen = settings("--max-batch-tokens", "128", "--max-text-requests", "3",
+                      env={"VOICEPIPE_MAX_BATCH_SEQS": "8", "VOICEPIPE_CONFIG": toml})
+    assert chosen.model_options()["engine_fields"] == {"max_batch_tokens": 128, "max_batch_seqs": 8}
+    assert (chosen.limits().max_text_requests, chosen.limits().text_max_tokens) == (3, 64)
+    with pytest.raises(SettingsError, match="MAX_BATCH_SEQS must be an integer in"):
+        settings(env={"VOICEPIPE_MAX_BATCH_SEQS": "0"})
+
+
+# Each setting with one value per layer: what the file, the environment and a flag say.
+LAYERS = {
+    "port": ("port = 9001", {"VOICEPIPE_PORT": "9002"}, ["--port", "9003"], (9001, 9002, 9003)),
+    "instructions": ('instructions = "file"', {"VOICEPIPE_INSTRUCTIONS": "env"}, ["--system", "flag"],
+                     ("file", "env", "flag")),
+    "allow_origins": ('allow_origins = ["https://a.example"]', {"VOICEPIPE_ALLOW_ORIGINS": "https://b.example, "
+                                                                "http://c.example:8080/"},
+                      ["--allow-origin", "https://d.example", "--allow-origin", "https://e.example"],
+                      (("https://a.example",), ("https://b.example", "http://c.example:8080"),
+                       ("https://d.example", "https://e.example"))),
+    "insecure": ('host = "0.0.0.0"\ninsecure = true', {"VOICEPIPE_INSECURE": "no", "VOICEPIPE_API_KEY": "k"},
+                 ["--insecure"], (True, False, True)),
+    "drain_s": ("drain_s = 5", {"VOICEPIPE_DRAIN_S": "7.5"}, ["--drain-seconds", "0"], (5.0, 7.5, 0.0)),
+    "policy": ('policy = "fcfs"', {"VOICEPIPE_POLICY": "o4"}, ["--policy", "fcfs"], ("fcfs", "o4", "fcfs")),
+    "llm_precision": ('llm_precision = "fp32"', {"VOICEPIPE_LLM_PRECISION": "int8"}, ["--llm-precision", "fp32"],
+                      ("fp32", "int8", "fp32")),
+    "device": ('device = "cpu"', {"VOICEPIPE_DEVICE": "auto"}, ["--device", "cpu"], ("cpu", "auto", "cpu")),
+    "tts_model": ('tts_model = "/f.onnx"', {"VOICEPIPE_TTS_MODEL": "/e.onnx"}, ["--tts-voice", "/v.onnx"],
+                  ("/f.onnx", "/e.onnx", "/v.onnx")),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_a_flag_beats_the_environment_which_beats_the_file(tmp_path, name):
+    text, env, flags, (from_file, from_env, from_flag) = LAYERS[name]
+    config = ["--config", config_file(tmp_path, text)]
+    assert getattr(settings(*config), name) == from_file != getattr(ServeSettings(), name)
+    assert getattr(settings(*config, env=env), name) == from_env
+    assert getattr(settings(*config, *flags, env=env), name) == from_flag
+
+
+def test_the_config_file_can_come_from_the_environment(tmp_path):
+    assert settings(env={"VOICEPIPE_CONFIG": config_file(tmp_path, "max_calls = 2")}).max_calls == 2
+
+
+def test_a_bad_value_is_refused_in_every_layer_naming_its_source(tmp_path, capsys):
+    with pytest.raises(SettingsError, match=r"voicepipe.toml: port must be a port number"):
+        settings("--config", config_file(tmp_path, "port = 70000"))
+    with pytest.raises(SettingsError, match=r"voicepipe.toml: max_tokens must be int, got '9'"):
+        settings("--config", config_file(tmp_path, 'max_tokens = "9"'))
+    with pytest.raises(SettingsError, match=r"VOICEPIPE_PORT must be an integer, got 'http'"):
+        settings(env={"VOICEPIPE_PORT": "http"})
+    with pytest.raises(SettingsError, match=r"VOICEPIPE_POLICY must be one of o4, fcfs, got 'fifo'"):
+        settings(env={"VOICEPIPE_POLICY": "fifo"})
+    with pytest.raises(SettingsError, match=r"VOICEPIPE_INSECURE must be one of"):
+        settings(env={"VOICEPIPE_INSECURE": "maybe"})
+    with pytest.raises(SettingsError, match=r"VOICEPIPE_ALLOW_ORIGINS 'example.com' is not an origin"):
+        settings(env={"VOICEPIPE_ALLOW_ORIGINS": "example.com"})
+    with pytest.raises(SystemExit) as exit_:
+        settings("--max-calls", "0")
+    assert exit_.value.code == 2 and "--max-calls: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_an_unknown_or_unreadable_config_file_is_refused(tmp_path):
+    with pytest.raises(SettingsError, match=r"unknown setting 'prot' \(did you mean 'port'\?\)"):
+        settings("--config", config_file(tmp_path, "prot = 9000"))
+    with pytest.raises(SettingsError, match=r"unknown setting 'serve' \(settings go at the top level"):
+        settings("--config", config_file(tmp_path, "[serve]\nport = 9000"))
+    with pytest.raises(SettingsError, match=r"unknown setting 'voice'; known: host, port, "):
+        settings("--config", config_file(tmp_path, 'voice = "x.onnx"'))
+    with pytest.raises(SettingsError, match=r"is not valid TOML"):
+        settings("--config", config_file(tmp_path, "port = "))
+    with pytest.raises(SettingsError, match=r"cannot read config file .*missing.toml: No such file"):
+        settings("--config", str(tmp_path / "missing.toml"))
+
+
+def test_an_unknown_config_key_ends_the_command_with_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["serve", "--config", config_file(tmp_path, "prot = 9000")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("voicepipe: error: config file ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "::1", "localhost", "LOCALHOST"])
+def test_loopback_names(host):
+    assert is_loopback(host) and settings("--host", host).loopback
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "example.com"])
+def test_a_reachable_host_needs_a_key_or_insecure(host, capsys):
+    assert main(["serve", "--host", host]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"voicepipe: error: host {host} lets other machines connect") and err.count("\n") == 1
+    assert not settings("--host", host, "--insecure").loopback
+    assert settings("--host", host, env={"VOICEPIPE_API_KEY": "secret"}).api_key == "secret"
+    with pytest.raises(SettingsError, match="API key"):
+        settings("--host", host, "--no-insecure", env={"VOICEPIPE_INSECURE": "1"})
+
+
+def test_https_needs_both_files_and_both_readable(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("certificate")
+    key.write_text("key")
+    with pytest.raises(SettingsError, match="needs both"):
+        settings("--ssl-certfile", str(cert))
+    with pytest.raises(SettingsError, match="needs both"):
+        settings("--ssl-keyfile", str(key))
+    with pytest.raises(SettingsError, match="ssl_keyfile .*missing.pem is not a readable file"):
+        settings("--ssl-certfile", str(cert), "--ssl-keyfile", str(tmp_path / "missing.pem"))
+    assert settings("--ssl-certfile", str(cert), "--ssl-keyfile", str(key)).ssl_keyfile == str(key)
+
+
+def test_an_empty_key_is_refused_rather_than_taken_for_no_key():
+    with pytest.raises(SettingsError, match="VOICEPIPE_API_KEY is empty"):
+        settings(env={"VOICEPIPE_API_KEY": ""})
+
+
+@pytest.mark.parametrize("argv", [["-v", "serve"], ["serve", "-v"], ["serve", "--verbose"], ["-v", "say", "x", "-o",
+                                  "o.wav"], ["say", "x", "-o", "o.wav", "-v"], ["bench", "engine", "-v"]])
+def test_verbose_before_or_after_the_subcommand(argv):
+    assert build_parser().parse_args(argv).verbose is True
+
+
+def test_not_verbose_unless_asked():
+    assert build_parser().parse_args(["serve"]).verbose is False
+    assert build_parser().parse_args(["bench", "engine"]).verbose is False
+
+
+def test_a_port_in_use_is_reported_before_any_model_loads(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "voicepipe", "serve", "--port", str(port)], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("voicepipe: error: ") and str(port) in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "loading" not in done.stderr, done.stderr
+    assert time.monotonic() - started < 30  # the models take longer than this to load
+
+
+class FakeModel:
+    hf_quantizer = object()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs) -> "FakeModel":
+        return cls()
+
+    def save_pretrained(self, path: Path) -> None:
+        (Path(path) / "model.safetensors").write_text("weights")
+
+
+def test_the_first_conversion_shows_a_progress_bar_on_stderr(tmp_path, monkeypatch, capfd):
+    import transformers
+
+    from voicepipe.backends import models
+
+    monkeypatch.setenv("VOICEPIPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(transformers, "AutoModelForCausalLM", FakeModel)
+    monkeypatch.setattr(transformers, "AutoTokenizer", FakeModel)
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    converted = models._float32_checkpoint(gguf)
+    assert (converted / "model.safetensors").is_file()
+    err = capfd.readouterr().err
+    assert "voicepipe: converting tiny.gguf to float32 (once)" in err and "3/3" in err, err
+    assert models._float32_checkpoint(gguf) == converted
+    assert capfd.readouterr().err == ""  # cached: no bar again

@@ -1,0 +1,28 @@
+"""The LLM's command-line options (the model, its weights' precision, the device), declared once: for the
+commands, and for `python -m voicepipe.bench`, which runs without the rest of the command line."""
+
+import argparse
+
+from voicepipe.backends.loading import CUDA_PRECISION, DEFAULT_PRECISION, DEVICES, PRECISIONS
+
+
+def usable_device(name: str) -> str:
+    """argparse type of --device: `cuda` where torch sees none is refused while parsing (exit status 2)."""
+    if name == "cuda":
+        from scheduler.model.device import DeviceUnavailable, resolve_device  # torch: only when CUDA is asked for
+
+        try:
+            resolve_device(name)
+        except DeviceUnavailable as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return name
+
+
+def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which LLM, the precision of its weights and the device: every command that loads it takes these."""
+    parser.add_argument("--llm-model", metavar="PATH", help="GGUF file or transformers checkpoint directory")
+    parser.add_argument("--llm-precision", choices=PRECISIONS, default=None,
+                        help=f"weights of the engine's LLM (default: {DEFAULT_PRECISION} on a CPU, {CUDA_PRECISION} "
+                             "on CUDA; int8 and int4 run on CPUs only)")
+    parser.add_argument("--device", type=usable_device, choices=DEVICES, default="auto",
+                        help="where the LLM runs: auto (CUDA when torch sees one, default), cpu or cuda")

@@ -1,0 +1,199 @@
+"""Loading the models and the engine that runs them, from one typed record: `serve`, `talk`, `turn`, the
+benchmarks and the replicas all start here, in this process or in the engine process.
+
+The engine's device jobs are registered here by name (`device_jobs`), so that a call's pipeline asks for a
+transcript or a sentence of speech as data, which can cross into the engine process.
+"""
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from scheduler.config import DEFAULT_POLICY
+from scheduler.policies import call_policies
+from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
+
+if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a command line
+    from scheduler import Engine, EngineConfig
+    from scheduler.jobs import JobHandler
+
+log = logging.getLogger("voicepipe")
+
+# Chosen by measurement (docs/decode.md): int4 weights decode a batch of one fastest on a CPU, at float32's
+# perplexity on the default model (int8: 0.6% more, faster from a few rows up); "fp32" gives exactly what
+# transformers' `generate` gives. On CUDA, bf16 (int8 and int4 are CPU kernels). An engine given no precision
+# takes these (scheduler.model.device.default_precision).
+DEFAULT_PRECISION = "int4"
+CUDA_PRECISION = "bf16"
+PRECISIONS = ("fp32", "int8", "int4", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+ASR_BATCH = 8  # final passes per job: more would hold the device longer than one realtime step should
+# The job kinds a call's pipeline submits (the metrics' `kind` label).
+ASR_PARTIAL, ASR_FINAL, TTS_SENTENCE, WARM_UP = "asr_partial", "asr_final", "tts", "warm_up"
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Which models, on which device, under which policy; `engine_fields` holds more EngineConfig fields."""
+
+    llm_model: str | None = None
+    asr_model: str | None = None
+    tts: str = "piper"
+    tts_model: str | None = None
+    device: str = "auto"
+    llm_precision: str | None = None
+    policy: str = DEFAULT_POLICY
+    torch_threads: int | None = None  # torch's intra-op threads in the engine (None: see `set_torch_threads`)
+    engine_fields: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def pick(cls, values: dict[str, Any]) -> "ModelOptions":
+        """The options among `values` (argparse's or the settings'), the rest ignored; None means default."""
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in values.items() if k in names and v is not None})
+
+
+def phase(what: str) -> None:
+    """One line on stderr per start-up phase: loading takes long enough to wonder whether anything happens."""
+    print(f"voicepipe: {what} ...", file=sys.stderr, flush=True)
+
+
+def placement(options: ModelOptions) -> dict[str, str]:
+    """The engine's `device` and `precision`; a pair that cannot run is a ModelError."""
+    from scheduler.model.device import DeviceUnavailable, check_precision, default_precision, resolve_device
+    from voicepipe.backends.models import ModelError
+
+    try:
+        device = resolve_device(options.device)
+        precision = options.llm_precision or default_precision(device)
+        check_precision(device, precision)
+    except DeviceUnavailable as e:
+        raise ModelError(str(e)) from None
+    return {"device": device.type, "precision": precision}
+
+
+def engine_config(options: ModelOptions) -> "EngineConfig":
+    """Checks the model paths and the placement first: a typo fails at once, not after minutes of loading."""
+    from scheduler import EngineConfig
+    from voicepipe.backends.models import resolve_asr, resolve_llm
+
+    check_call_policy(options.policy)
+    resolve_llm(options.llm_model)
+    resolve_asr(options.asr_model)
+    return EngineConfig(**{**options.engine_fields, **placement(options), "policy": options.policy})
+
+
+def check_call_policy(name: str) -> None:
+    """ValueError unless `name` is a policy that may serve live calls (`scheduler.policies`)."""
+    if name not in call_policies():
+        raise ValueError(f"policy must be one of {', '.join(call_policies())}, not {name!r}")
+
+
+def set_torch_threads(options: ModelOptions, device: str) -> None:
+    """torch's threads in the engine: as asked, else on a CPU one core fewer than the machine has. Measured
+    (`bench convoy`, docs/performance.md): beside a busy server process on 2 cores, with 2 threads a batch-1 decode step
+    took 2.3x and a 224-token prefill step 8.8x as long as alone (each parallel region waits for the thread
+    that shares its core with the server); with 1 thread, 1.03x and 1.01x, at 1.1x and 1.7x the 2-thread
+    steps' time alone."""
+    import os
+
+    import torch
+
+    threads = options.torch_threads
+    if threads is None and device == "cpu":
+        threads = max(1, (os.cpu_count() or 2) - 1)
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def load_voice_models(options: ModelOptions, device: str) -> tuple[ASR, TTS]:
+    """The TTS first (a bad voice fails fast), then Whisper, which follows the LLM onto CUDA (CTranslate2,
+    float16 there); Piper stays on the CPU, where onnxruntime's wheel from PyPI runs it."""
+    from voicepipe.backends.asr_whisper import WhisperASR
+    from voicepipe.backends.tts_select import make_tts
+
+    phase("loading the TTS voice")
+    tts = make_tts(options.tts, options.tts_model)
+    phase("loading Whisper")
+    asr = WhisperASR(options.asr_model, **({"device": "cuda", "compute_type": "float16"} if device == "cuda" else {}))
+    return asr, tts
+
+
+def device_jobs(asr: ASR, tts: TTS) -> dict[str, "JobHandler"]:
+    """The engine's device jobs over these models. Final passes come in batches: callers who stop speaking
+    together share one encoder call (an ASR with `transcribe_batch`; any other goes one by one)."""
+    from scheduler.jobs import JobHandler
+
+    def finals(batch: list[tuple[np.ndarray]]) -> list[str]:
+        audios = [audio for (audio,) in batch]
+        many = getattr(asr, "transcribe_batch", None)
+        return [t or "" for t in (many(audios) if many is not None else [asr.transcribe(a) for a in audios])]
+
+    def sentence(text: str) -> tuple[list[np.ndarray], float]:
+        start = time.perf_counter()
+        chunks = [np.asarray(c, np.int16) for c in tts.synthesize(text) if len(c)]
+        return chunks, time.perf_counter() - start
+
+    def warm_up() -> None:
+        asr.transcribe(np.zeros(asr.sample_rate, np.float32))
+        list(tts.synthesize("Hello."))
+
+    return {ASR_PARTIAL: JobHandler(lambda audio: asr.transcribe(audio) or ""),
+            ASR_FINAL: JobHandler(finals, batch=ASR_BATCH),
+            TTS_SENTENCE: JobHandler(sentence),
+            WARM_UP: JobHandler(warm_up)}
+
+
+def voice_info(model: Any, asr: ASR, tts: TTS) -> dict[str, Any]:
+    """What the server needs to know of the models it does not hold."""
+    return {"model_id": model_name(model), "asr_rate": asr.sample_rate, "tts_rate": tts.sample_rate}
+
+
+def model_name(model: Any) -> str:
+    """The id the API lists: the checkpoint's name, as transformers recorded where it came from."""
+    path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    return Path(path).name or "voicepipe"
+
+
+def make_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: "EngineConfig") -> "Engine":
+    from scheduler import Engine
+
+    return Engine(model, tokenizer, config, device_jobs(asr, tts))
+
+
+def warm_up_engine(engine: "Engine") -> None:
+    """Run each model once on the engine, before it serves, so the first caller waits for no lazy set-up (a
+    constrained request too: the grammar worker starts, about 3 s)."""
+    from scheduler import SamplingParams, Sequence
+    from scheduler.grammar.constraint import Grammar
+
+    engine.handlers[WARM_UP].fn()
+    prompt = chat_prompt_ids(engine.tokenizer, [{"role": "user", "content": "Hello."}])
+    engine.add_request(Sequence(prompt, SamplingParams(max_tokens=2)))
+    engine.add_request(Sequence(prompt, SamplingParams(max_tokens=2, grammar=Grammar("json_object"))))
+    while engine.step():
+        pass
+    engine.take_outputs()
+
+
+def build_engine(**values: Any) -> tuple["Engine", dict[str, Any]]:
+    """The engine process's factory: load every model named by the options, warm them up, make the engine."""
+    from voicepipe.backends import threads
+    from voicepipe.backends.models import load_llm
+
+    threads.configure()  # before torch or CTranslate2 loads in this process
+    options = ModelOptions(**values)
+    config = engine_config(options)
+    set_torch_threads(options, config.device)
+    asr, tts = load_voice_models(options, config.device)
+    phase("loading the LLM")
+    model, tokenizer = load_llm(options.llm_model)
+    phase(f"starting the engine ({config.policy}, {config.precision} weights on {config.device})")
+    engine = make_engine(model, tokenizer, asr, tts, config)
+    warm_up_engine(engine)
+    return engine, voice_info(model, asr, tts)

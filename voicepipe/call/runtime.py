@@ -1,0 +1,93 @@
+"""What a server needs, built once and shared by every call: a client of the engine that runs every
+model's device work, the tokenizer, and the server's own metrics. The engine runs either on a thread of
+this process (`start`, `load`: the notebook, the tests, one-shot commands) or in a process of its own
+(`spawn`: `serve`, the replicas, the mixed-traffic bench), behind the same client interface."""
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from scheduler import EngineConfig, RequestClass, SamplingParams
+from scheduler.channel.client import EngineClient, LocalEngine
+from scheduler.config import DEFAULT_POLICY
+from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
+from voicepipe.backends.loading import (
+    WARM_UP,
+    ModelOptions,
+    build_engine,
+    check_call_policy,
+    engine_config,
+    load_voice_models,
+    make_engine,
+    phase,
+    set_torch_threads,
+    voice_info,
+)
+
+
+@dataclass
+class Runtime:
+    engine: EngineClient
+    tokenizer: Any
+    model_id: str
+    asr_rate: int
+    tts_rate: int
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # the calls' and the API's metrics
+    warm: bool = False  # warmed up: the first caller waits for no lazy set-up
+
+    @property
+    def ready(self) -> bool:
+        return self.warm and self.engine.alive
+
+    @classmethod
+    def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = DEFAULT_POLICY,
+              config: EngineConfig | None = None) -> "Runtime":
+        """An engine on a thread of this process, over models already loaded."""
+        check_call_policy(policy)
+        engine = make_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_fields(policy=policy))
+        client = LocalEngine(engine)
+        client.start()
+        return cls(client, tokenizer, **voice_info(model, asr, tts))
+
+    @classmethod
+    def load(cls, options: ModelOptions) -> "Runtime":
+        """Load the models the options name and start their engine on a thread of this process."""
+        from voicepipe.backends.models import load_llm
+
+        config = engine_config(options)
+        if options.torch_threads is not None:
+            set_torch_threads(options, config.device)
+        asr, tts = load_voice_models(options, config.device)
+        phase("loading the LLM")
+        model, tokenizer = load_llm(options.llm_model)
+        return cls.start(model, tokenizer, asr, tts, options.policy, config)
+
+    @classmethod
+    async def spawn(cls, options: ModelOptions) -> "Runtime":
+        """Start the engine process, which loads and warms up every model; this process keeps only the
+        tokenizer (for chat templates). RuntimeError if the engine cannot start."""
+        from scheduler.channel.engine_process import ProcessEngine
+        from voicepipe.backends.models import load_tokenizer
+
+        config = engine_config(options)  # bad paths or placement fail here, before a process starts
+        tokenizer = load_tokenizer(options.llm_model)
+        engine = ProcessEngine(build_engine, asdict(options), config)
+        await engine.start()
+        info = engine.info
+        return cls(engine, tokenizer, info["model_id"], info["asr_rate"], info["tts_rate"], warm=True)
+
+    async def warm_up(self) -> None:
+        """Run each model once, so the first caller does not wait for lazy initialisation."""
+        await self.engine.run_job(WARM_UP, cls=RequestClass.BATCH)
+        prompt = chat_prompt_ids(self.tokenizer, [{"role": "user", "content": "Hello."}])
+        async for _ in self.engine.generate(prompt, SamplingParams(max_tokens=2), RequestClass.BATCH):
+            pass
+        self.warm = True
+
+    async def metrics_text(self) -> bytes:
+        """Every metric for /metrics: this process's (calls, API) and the engine's."""
+        return generate_latest(self.registry) + await self.engine.metrics_text()
+
+    async def close(self) -> None:
+        await self.engine.stop()

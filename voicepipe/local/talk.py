@@ -1,0 +1,218 @@
+"""`voicepipe talk`: one call through this machine's microphone and speakers instead of a websocket.
+
+The call is an ordinary `Session`, with the pipeline, barge-in and events of a websocket call; a
+`LocalLine` stands in for the websocket. What the microphone hears is what the line receives; the events
+the session sends are printed as they stream, and the reply audio goes into a ring buffer that the
+speaker's callback drains. Both callbacks run on PortAudio's threads and only copy samples.
+
+Both streams run at their device's own rate, resampled here to and from the call's rates, so no device
+has to support 16 kHz or the voice's rate. Without echo cancellation the microphone also hears the
+assistant, and takes it for the caller speaking over the reply: talk through headphones.
+"""
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TextIO
+
+import numpy as np
+import soxr
+
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
+from voicepipe.call.session import Session
+from voicepipe.local.playback import PlaybackBuffer
+from voicepipe.protocol import ServerEvent
+from voicepipe.protocol.transport import Disconnected
+from voicepipe.turns.endpointer import SAMPLE_RATE
+
+FRAME_S = 0.02  # microphone frames of 20 ms, as the browser client sends them
+PLAYBACK_S = 120.0  # room for more than the longest reply: synthesis runs well ahead of playback
+Device = int | str | None  # a PortAudio device number, part of its name, or None for the system's default
+
+
+class NoAudioDevice(OSError):
+    """No sound device to talk through, or no PortAudio library to find one with."""
+
+    def __init__(self, detail: object) -> None:
+        super().__init__(f"no audio input/output device found ({detail})")
+
+
+def _portaudio() -> ModuleType:
+    """sounddevice, imported on first use: importing it loads the PortAudio library, which may be missing."""
+    try:
+        import sounddevice
+    except OSError as e:
+        raise NoAudioDevice(e) from None
+    return sounddevice
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The microphone and the speaker a call uses, and the rates they run at."""
+
+    input: Device
+    output: Device
+    input_rate: int
+    output_rate: int
+
+
+def find_devices(input_device: Device = None, output_device: Device = None) -> Devices:
+    """Check that both devices exist and take mono PCM16 at their own rate (before anything slow loads)."""
+    sd = _portaudio()
+    try:
+        input_rate = int(sd.query_devices(input_device, "input")["default_samplerate"])
+        output_rate = int(sd.query_devices(output_device, "output")["default_samplerate"])
+        sd.check_input_settings(input_device, channels=1, dtype="int16", samplerate=input_rate)
+        sd.check_output_settings(output_device, channels=1, dtype="int16", samplerate=output_rate)
+    except (sd.PortAudioError, ValueError) as e:  # ValueError: no device matches the name given
+        raise NoAudioDevice(e) from None
+    return Devices(input_device, output_device, input_rate, output_rate)
+
+
+class Resampler:
+    """PCM16 resampling that keeps its filter's state from one chunk to the next: resampling each 20 ms
+    frame on its own would click at every frame's edge."""
+
+    def __init__(self, from_rate: int, to_rate: int) -> None:
+        self._stream = soxr.ResampleStream(from_rate, to_rate, 1, dtype="int16") if from_rate != to_rate else None
+
+    def __call__(self, pcm: np.ndarray) -> np.ndarray:
+        return pcm if self._stream is None else self._stream.resample_chunk(pcm)
+
+    def flush(self) -> np.ndarray:
+        """The end of a stretch of audio: the samples the filter still holds; the next call starts afresh."""
+        if self._stream is None:
+            return np.zeros(0, np.int16)
+        tail = self._stream.resample_chunk(np.zeros(0, np.int16), last=True)
+        self._stream.clear()
+        return tail
+
+    def clear(self) -> None:
+        """Forget the audio the filter holds."""
+        if self._stream is not None:
+            self._stream.clear()
+
+
+class LocalLine:
+    """The session's transport for a local call: microphone frames in; events printed, reply audio played.
+
+    Made on the event loop the session runs on, which the microphone's callback hands its frames to.
+    """
+
+    def __init__(self, devices: Devices, reply_rate: int, out: TextIO) -> None:
+        self.out = out
+        self.playback = PlaybackBuffer(int(PLAYBACK_S * devices.output_rate))
+        self._loop = asyncio.get_running_loop()
+        self._incoming: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._from_mic = Resampler(devices.input_rate, SAMPLE_RATE)
+        self._to_speaker = Resampler(reply_rate, devices.output_rate)
+        self._midline = False  # a reply is being printed as it streams
+
+    # -- the sound devices' callbacks (PortAudio's threads) ---------------------------------------------------
+    def microphone(self, indata: np.ndarray, frames: int, time: Any, status: Any) -> None:
+        pcm = self._from_mic(indata[:, 0].copy())
+        if len(pcm):
+            try:
+                self._loop.call_soon_threadsafe(self._incoming.put_nowait, pcm.astype("<i2", copy=False).tobytes())
+            except RuntimeError:
+                pass  # the call's loop has closed: the microphone is no longer heard
+
+    def speaker(self, outdata: np.ndarray, frames: int, time: Any, status: Any) -> None:
+        self.playback.read_into(outdata[:, 0])
+
+    # -- the Transport the session talks to ------------------------------------------------------------------
+    async def recv(self) -> bytes:
+        frame = await self._incoming.get()
+        if frame is None:
+            raise Disconnected()
+        return frame
+
+    async def send(self, message: dict | bytes) -> None:
+        if isinstance(message, bytes):
+            self.playback.write(self._to_speaker(np.frombuffer(message, "<i2")))
+        else:
+            self.show(message)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self._incoming.put_nowait(None)
+
+    # -- the terminal ----------------------------------------------------------------------------------------
+    def show(self, event: dict) -> None:
+        """Act on one event of the protocol: print what was heard and answered, drop audio on a barge-in."""
+        kind = event["type"]
+        if kind == ServerEvent.PLAYBACK_CLEARED:
+            self.playback.clear()
+            self._to_speaker.clear()
+        elif kind == ServerEvent.RESPONSE_AUDIO_DONE:
+            self.playback.write(self._to_speaker.flush())
+        elif kind == ServerEvent.SESSION_CREATED:
+            self._print("voicepipe: listening; speak to the assistant (through headphones; Ctrl+C ends the call)")
+        elif kind == ServerEvent.TRANSCRIPT_COMPLETED:
+            self._print(f"you: {event['transcript'].strip()}")
+        elif kind == ServerEvent.RESPONSE_CREATED:
+            self._print("assistant: ", end="")
+        elif kind == ServerEvent.RESPONSE_TEXT_DELTA:
+            self._write(event["delta"].replace("\n", " "))  # a reply stays on its line
+        elif kind == ServerEvent.RESPONSE_DONE and self._midline:
+            self._write(" [interrupted]\n" if event["response"]["status"] == "cancelled" else "\n")
+            self._midline = False
+        elif kind == ServerEvent.ERROR:
+            print(f"voicepipe: {event['error']['message']}", file=sys.stderr, flush=True)
+
+    def _print(self, text: str, end: str = "\n") -> None:
+        """Write `text` on a line of its own (ending a reply that is still streaming)."""
+        self._write(("\n" if self._midline else "") + text + end)
+        self._midline = not end
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+
+class LocalCall:
+    """A session over the local sound devices; made on the event loop it runs on."""
+
+    def __init__(self, runtime: Runtime, devices: Devices, out: TextIO = sys.stdout) -> None:
+        self.devices = devices
+        self.line = LocalLine(devices, runtime.tts_rate, out)
+        self.session = Session(self.line, runtime, Limits())
+
+    async def run(self) -> None:
+        """Hold the call until it is hung up or cancelled."""
+        with self._streams():
+            await self.session.run()
+
+    async def hang_up(self) -> None:
+        await self.line.close()
+
+    @contextmanager
+    def _streams(self) -> Iterator[None]:
+        sd, devices, line = _portaudio(), self.devices, self.line
+        with ExitStack() as streams:
+            try:
+                streams.enter_context(sd.InputStream(
+                    device=devices.input, samplerate=devices.input_rate, channels=1, dtype="int16",
+                    blocksize=int(FRAME_S * devices.input_rate), callback=line.microphone))
+                streams.enter_context(sd.OutputStream(
+                    device=devices.output, samplerate=devices.output_rate, channels=1, dtype="int16",
+                    callback=line.speaker))
+            except (sd.PortAudioError, ValueError) as e:
+                raise NoAudioDevice(e) from None
+            yield
+
+
+async def talk(runtime: Runtime, devices: Devices) -> None:
+    """Warm the models up, then hold one call until interrupted.
+
+    The engine is stopped while this event loop still runs, so the aborts of the call's requests find a
+    loop to report to (as `run_server` does).
+    """
+    try:
+        await runtime.warm_up()
+        await LocalCall(runtime, devices).run()
+    finally:
+        await runtime.close()

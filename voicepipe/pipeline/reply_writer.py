@@ -1,0 +1,104 @@
+"""One reply streamed from the engine: its text goes on to be spoken, a function call becomes an item of its
+own, never spoken (and, out of band, never part of the conversation)."""
+
+from collections.abc import Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler import RequestClass, SamplingParams
+from scheduler.channel.client import EngineClient
+from voicepipe.backends.base import chat_prompt_ids
+from voicepipe.constrained import tools
+from voicepipe.ids import new_id
+from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.events import (
+    Error,
+    Event,
+    FunctionCallArguments,
+    FunctionCallDone,
+    FunctionCallStarted,
+    TextDelta,
+)
+from voicepipe.pipeline.turn import Mark, Reply, Turn
+from voicepipe.turns.end_of_turn import probe_params
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRequest:
+    """What to ask the engine for one turn: its prompt, the KV session it extends (None: out of band or
+    ahead of the caller), and at which prompt position its prefill reads the end-of-turn probability."""
+
+    prompt: list[int]
+    session: str | None
+    max_tokens: int
+    in_conversation: bool = True
+    probe_at: int | None = None
+
+
+class ReplyWriter:
+    """Streams a turn's reply into its `Reply` record, emitting what the client hears of it as it comes."""
+
+    def __init__(self, engine: EngineClient, tokenizer: Any, conversation: Conversation, config: CallConfig,
+                 emit: Callable[[Event], None]) -> None:
+        self.engine, self.tokenizer, self.conversation, self.config = engine, tokenizer, conversation, config
+        self.emit = emit
+
+    async def write(self, turn: Turn, reply: Reply, request: ReplyRequest, deadline: float,
+                    probed: Callable[[float], None], called: Callable[[], None]) -> None:
+        """The stream of `turn`'s request until it ends; `probed` hears the end-of-turn probability its
+        prefill read, `called` each function call it completes."""
+        choice = tools.choose(list(self.config.tools), self.config.tool_choice)
+        params = SamplingParams(max_tokens=request.max_tokens, temperature=self.config.temperature,
+                                grammar=tools.grammar(list(self.config.tools), choice) if choice else None)
+        if request.probe_at is not None:
+            params = probe_params(self.tokenizer, params, request.probe_at)
+        parser = tools.FunctionCallParser() if choice else None
+        stream = self.engine.generate(request.prompt, params, cls=RequestClass.REALTIME, deadline=deadline,
+                                      session=request.session, request_id=turn.request_id)
+        async with aclosing(stream) as outputs:
+            async for out in outputs:
+                if out.probe is not None:
+                    probed(out.probe)
+                if out.token_id is not None:
+                    turn.mark(Mark.FIRST_TOKEN)
+                    reply.output_tokens += 1
+                if out.text or out.finished:
+                    pieces = [("text", out.text)] if parser is None else parser.feed(out.text)
+                    if parser is not None and out.finished:
+                        pieces += parser.flush()
+                    self._said(turn, reply, pieces, request.in_conversation, called)
+                if out.finished and (out.finish_reason or "").startswith("error"):
+                    self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
+
+    async def prime(self, session: str) -> None:
+        """Prefill the instructions while the caller speaks their first words: they stay in the KV cache
+        as the call's prefix, so the first turn computes only the caller's message."""
+        if not (self.conversation.instructions or self.conversation.tool_instructions):
+            return
+        prompt = chat_prompt_ids(self.tokenizer, self.conversation.messages()[:1])
+        stream = self.engine.generate(prompt, SamplingParams(max_tokens=1), cls=RequestClass.INTERACTIVE,
+                                      session=session)
+        async with aclosing(stream) as outputs:
+            async for _ in outputs:
+                pass
+
+    def _said(self, turn: Turn, reply: Reply, pieces: list[tuple[str, Any]], in_conversation: bool,
+              called: Callable[[], None]) -> None:
+        for kind, value in pieces:
+            if kind == "text" and value:
+                reply.text += value
+                self.emit(TextDelta(turn, value))
+            elif kind == "start":
+                reply.calls.append((new_id("item"), value))
+                self.emit(FunctionCallStarted(turn, reply.calls[-1][0], value))
+            elif kind == "arguments":
+                self.emit(FunctionCallArguments(turn, reply.calls[-1][0], reply.calls[-1][1].call_id, value))
+            elif kind == "end":
+                item_id = reply.calls[-1][0]
+                reply.calls[-1] = (item_id, value)
+                if in_conversation and not turn.speculative:  # a speculative turn's join it if it is confirmed
+                    self.conversation.add("assistant", tools.call_text(value.name, value.arguments), item_id)
+                called()
+                self.emit(FunctionCallDone(turn, item_id, value))

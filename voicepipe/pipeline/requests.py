@@ -1,0 +1,64 @@
+"""The client's requests, as the pipeline carries them: each made from a client event (voicepipe.protocol.client_events)
+and handled by the stage that owns what it asks about."""
+
+from dataclasses import dataclass
+
+from voicepipe.pipeline.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested(Event):
+    """The client asked to cancel the response in progress."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequested(Event):
+    """The client declared its utterance over (`input_audio_buffer.commit`), before the VAD heard silence."""
+
+    event_id: str | None = None  # the client's, for an error it causes
+
+
+@dataclass(frozen=True, slots=True)
+class ClearRequested(Event):
+    """The client asked to drop the audio it sent that no utterance has taken yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemCreated(Event):
+    """An item the client added to the conversation (`conversation.item.create`): a text message, or a
+    function call and its output (`item`: how the client reads it back; None for a message)."""
+
+    item_id: str
+    role: str
+    text: str  # as the model reads it
+    item: dict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseRequested(Event):
+    """The client asked for a reply to the conversation as it stands (`response.create`); `metadata` comes
+    back in its `response.created` (clients match their request to its reply by it)."""
+
+    metadata: dict[str, str] | None = None
+    event_id: str | None = None  # the client's, for an error it causes
+    instructions: str | None = None  # for this reply only
+    max_tokens: int | None = None
+    out_of_band: bool = False  # `conversation: "none"`: the reply does not join the conversation
+    audio: bool = True  # False: a text-only reply, nothing synthesized
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRequested(Event):
+    """The client asked to delete (`conversation.item.delete`) or read (`.retrieve`) a conversation item."""
+
+    item_id: str
+    action: str  # "delete" | "retrieve"
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateRequested(Event):
+    """The client stopped playing an assistant item at `audio_end_ms`: the conversation keeps what it heard."""
+
+    item_id: str
+    audio_end_ms: int

@@ -1,0 +1,143 @@
+"""A builder for each server event of the native call protocol: the sessions, the output stage, the
+Realtime dialect and the replicas' proxy all send through these."""
+
+from typing import Any
+
+from voicepipe.protocol.names import ServerEvent
+
+
+def error(code: str, message: str, kind: str = "invalid_request_error", event_id: str | None = None,
+          param: str | None = None) -> dict:
+    """An error; `event_id` names the client event that caused it, when the client gave its events ids, and
+    `param` the field of it at fault, when one is."""
+    body = {"type": kind, "code": code, "message": message, "event_id": event_id}
+    return {"type": ServerEvent.ERROR, "error": {**body, "param": param} if param else body}
+
+
+def session_event(kind: str, session: dict) -> dict:
+    return {"type": kind, "session": session}
+
+
+def speech_started(item_id: str, audio_start_ms: int) -> dict:
+    return {"type": ServerEvent.SPEECH_STARTED, "item_id": item_id, "audio_start_ms": audio_start_ms}
+
+
+def speech_stopped(item_id: str, audio_end_ms: int) -> list[dict]:
+    """The end of an utterance, and its commitment to the conversation, which follows at once."""
+    return [{"type": ServerEvent.SPEECH_STOPPED, "item_id": item_id, "audio_end_ms": audio_end_ms},
+            {"type": ServerEvent.AUDIO_COMMITTED, "item_id": item_id}]
+
+
+def audio_cleared() -> dict:
+    return {"type": ServerEvent.AUDIO_CLEARED}
+
+
+def transcript_delta(item_id: str, delta: str, partial: str) -> dict:
+    return {"type": ServerEvent.TRANSCRIPT_DELTA, "item_id": item_id, "delta": delta, "partial": partial}
+
+
+def transcript_completed(item_id: str, transcript: str, audio_s: float) -> dict:
+    """An utterance's final transcript; `usage` as the Realtime API bills Whisper: seconds of audio."""
+    return {"type": ServerEvent.TRANSCRIPT_COMPLETED, "item_id": item_id, "transcript": transcript,
+            "usage": {"type": "duration", "seconds": round(audio_s, 3)}}
+
+
+def message_item(item_id: str, role: str, text: str, spoken: bool = False) -> dict:
+    """A message of the conversation, as the client reads it: a spoken one is audio with its transcript
+    (the audio itself is not kept)."""
+    side = "output" if role == "assistant" else "input"
+    part = {"type": f"{side}_audio", "transcript": text} if spoken else {"type": f"{side}_text", "text": text}
+    return {"id": item_id, "type": "message", "role": role, "status": "completed", "content": [part]}
+
+
+def text_item(item_id: str, role: str, text: str, item: dict | None = None) -> list[dict]:
+    """An item the client added (a text message, or `item` as given: a function call or its output):
+    announced, and done at once."""
+    item = item or message_item(item_id, role, text)
+    return [{"type": ServerEvent.ITEM_ADDED, "item": item}, {"type": ServerEvent.ITEM_DONE, "item": item}]
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict:
+    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+            "arguments": arguments}
+
+
+def function_call_output_item(item_id: str, call_id: str, output: str) -> dict:
+    return {"id": item_id, "type": "function_call_output", "call_id": call_id, "output": output}
+
+
+def call_started(response_id: str, item_id: str, call_id: str, name: str) -> dict:
+    """A reply's function call begins: its item joins the conversation (`response_id` says whose)."""
+    return {"type": ServerEvent.ITEM_ADDED, "response_id": response_id,
+            "item": function_call_item(item_id, call_id, name, "", "in_progress")}
+
+
+def call_arguments(response_id: str, item_id: str, call_id: str, delta: str) -> dict:
+    return {"type": ServerEvent.CALL_ARGUMENTS_DELTA, "response_id": response_id, "item_id": item_id,
+            "call_id": call_id, "delta": delta}
+
+
+def call_done(response_id: str, item_id: str, call_id: str, name: str, arguments: str) -> list[dict]:
+    """A reply's function call is complete: the client runs it, then sends a function_call_output item."""
+    return [{"type": ServerEvent.CALL_ARGUMENTS_DONE, "response_id": response_id, "item_id": item_id,
+             "call_id": call_id, "name": name, "arguments": arguments},
+            {"type": ServerEvent.ITEM_DONE, "response_id": response_id,
+             "item": function_call_item(item_id, call_id, name, arguments)}]
+
+
+def item_deleted(item_id: str) -> dict:
+    return {"type": ServerEvent.ITEM_DELETED, "item_id": item_id}
+
+
+def item_retrieved(item_id: str, role: str, text: str, spoken: bool) -> dict:
+    return {"type": ServerEvent.ITEM_RETRIEVED, "item": message_item(item_id, role, text, spoken)}
+
+
+def item_truncated(item_id: str, audio_end_ms: int) -> dict:
+    return {"type": ServerEvent.ITEM_TRUNCATED, "item_id": item_id, "content_index": 0,
+            "audio_end_ms": audio_end_ms}
+
+
+def response_created(response_id: str, item_id: str, metadata: dict[str, str] | None = None, spoken: bool = True,
+                     out_of_band: bool = False) -> dict:
+    """A reply begins: spoken (`output_modalities` audio, with its transcript) or text only; in the
+    conversation (`conversation: "auto"`) or outside it ("none")."""
+    output = [{"id": item_id, "type": "message", "role": "assistant"}]
+    return {"type": ServerEvent.RESPONSE_CREATED,
+            "response": {"id": response_id, "status": "in_progress", "output": output, "metadata": metadata,
+                         "output_modalities": ["audio" if spoken else "text"],
+                         "conversation": "none" if out_of_band else "auto"}}
+
+
+def text_delta(response_id: str, item_id: str, delta: str) -> dict:
+    return {"type": ServerEvent.RESPONSE_TEXT_DELTA, "response_id": response_id, "item_id": item_id, "delta": delta}
+
+
+def audio_delta(response_id: str, item_id: str, size: int, sample_rate: int) -> dict:
+    """Announces the binary frame of `size` bytes that follows it."""
+    return {"type": ServerEvent.RESPONSE_AUDIO_DELTA, "response_id": response_id, "item_id": item_id,
+            "bytes": size, "sample_rate": sample_rate}
+
+
+def audio_done(response_id: str) -> dict:
+    return {"type": ServerEvent.RESPONSE_AUDIO_DONE, "response_id": response_id}
+
+
+def playback_cleared(response_id: str) -> dict:
+    return {"type": ServerEvent.PLAYBACK_CLEARED, "response_id": response_id}
+
+
+def response_done(response_id: str, status: str, item_id: str, text: str, usage: tuple[int, int],
+                  calls: tuple[dict, ...] = (), **details: Any) -> dict:
+    """The end of a reply: its item's final text, then its function calls' items, token usage (prompt,
+    output), and voicepipe's own details (timings, waterfall, deadline_met, underruns, status_details)."""
+    prompt, output = usage
+    response = {"id": response_id, "status": status,
+                "output": [{"id": item_id, "type": "message", "role": "assistant", "text": text}, *calls],
+                "usage": {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output},
+                **details}
+    return {"type": ServerEvent.RESPONSE_DONE, "response": response}
+
+
+def scheduler_stats(stats: dict) -> dict:
+    return {"type": ServerEvent.SCHEDULER_STATS, "stats": stats}

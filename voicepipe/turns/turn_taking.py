@@ -1,0 +1,110 @@
+"""The TurnTaking stage: between the transcripts and the LLM, it decides when the assistant speaks.
+
+It tells the engine to expect the caller from their first silence (`EngineClient.expect`), so the turn's
+work never waits behind a long step; at each pause it has the reply begun ahead (`Speculate`) and, under
+semantic turns, asks the model whether the caller has finished (the verdict goes up to the endpointer as
+`EndOfTurn`); at the end of an utterance it says whether to answer (`TurnEnded`). Words said over the
+assistant are judged here too: a backchannel lets the reply play on, words cancel it (`BargeInResolved`).
+"""
+
+import time
+from typing import Any
+
+from scheduler.channel.client import EngineClient
+from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.events import (
+    BargeInResolved,
+    EndOfTurn,
+    Event,
+    Feedback,
+    InputCleared,
+    PlaybackPaused,
+    SpeechQuiet,
+    SpeechResumed,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptEarly,
+    TranscriptFinal,
+)
+from voicepipe.pipeline.stage import Stage
+from voicepipe.pipeline.turn import Turn
+from voicepipe.turns.end_of_turn import end_probability, is_backchannel, judged_ids
+from voicepipe.turns.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
+
+
+class TurnTaking(Stage):
+    """Says "reply now", "begin the reply ahead" and "drop it" as events, from the caller's speech, pauses
+    and words; reads the conversation (for the judge's prompt) and writes nothing of it."""
+
+    def __init__(self, engine: EngineClient, tokenizer: Any, conversation: Conversation, config: CallConfig,
+                 call_id: str) -> None:
+        super().__init__()
+        self.engine, self.tokenizer, self.conversation = engine, tokenizer, conversation
+        self.config, self.call_id = config, call_id
+        self._speaking = False  # the caller is in an utterance
+        self._over_item: str | None = None  # an utterance said over the reply, its words not yet known
+        self._paused: Turn | None = None  # the reply that utterance paused, until the verdict
+
+    async def process(self, event: Event) -> None:
+        self.emit(event)
+        detection = self.config.turn_detection
+        answering = detection.create_response and not detection.manual
+        if isinstance(event, SpeechQuiet) and answering:
+            self.engine.expect(self.call_id, event.speech_end + self.config.ttfa_s)
+        elif isinstance(event, SpeechStarted):
+            self._speaking = True
+            self.emit(DropSpeculation())
+        elif isinstance(event, SpeechStopped):
+            self._speaking = False
+        elif isinstance(event, SpeechResumed | InputCleared):
+            self.engine.expect(self.call_id, None)
+            self.emit(DropSpeculation())
+            if isinstance(event, InputCleared) and event.item_id is not None:
+                self._spoken_over(event.item_id, "", final=True)  # dropped unheard: the reply goes on
+        elif isinstance(event, TranscriptEarly) and event.text.strip():
+            if self._spoken_over(event.item_id, event.text):
+                pass  # a backchannel so far: no reply of its own, unless more words follow
+            elif self.config.speculative and detection.create_response:
+                self.emit(Speculate(event))
+            elif detection.semantic:
+                self.spawn(self._judge(event))
+        elif isinstance(event, TranscriptFinal):
+            if not self._spoken_over(event.item_id, event.text, final=True) and event.text.strip():
+                self.emit(TurnEnded(event, answer=answering and not self._speaking))
+
+    async def feedback(self, event: Feedback) -> bool:
+        if isinstance(event, PlaybackPaused):  # the caller's speech paused a reply: its words decide
+            self._over_item, self._paused = event.item_id, event.turn
+        elif isinstance(event, Probed):
+            if event.probability is not None:
+                self._verdict(event.early, event.probability)
+            elif self.config.turn_detection.semantic:
+                self.spawn(self._judge(event.early))
+            return True
+        return False
+
+    def _spoken_over(self, item_id: str, text: str, final: bool = False) -> bool:
+        """Whether `text`, said over the assistant, is only a backchannel (the reply goes on, and on the
+        final transcript its audio resumes); words cancel the reply."""
+        if item_id != self._over_item:
+            return False
+        paused, backchannel = self._paused, is_backchannel(text)
+        if backchannel and not final:
+            return True
+        self._over_item, self._paused = None, None
+        self.emit(BargeInResolved(item_id, real=not backchannel, turn=paused))
+        return backchannel
+
+    async def _judge(self, early: TranscriptEarly) -> None:
+        """Under semantic turns: how long to wait for more speech, from how finished the words at the pause
+        read to the model."""
+        prompt = judged_ids(self.conversation, self.config.max_prompt_tokens, early.text)
+        probability = await end_probability(self.engine, self.tokenizer, prompt, time.monotonic())
+        if probability is not None:
+            self._verdict(early, probability)
+
+    def _verdict(self, early: TranscriptEarly, probability: float) -> None:
+        """To the endpointer: end the utterance after the silence the probability asks for."""
+        silence = self.config.turn_detection.silence_ms(probability, self.config.early_final_ms)
+        self.emit_upstream(EndOfTurn(early.item_id, early.paused_at, probability, silence))
