@@ -1,5 +1,7 @@
 """One call's pipeline: VAD -> ASR -> turn-taking -> LLM -> sentences -> TTS -> client, as a list of stages."""
 
+from collections.abc import Callable
+
 from voicepipe.call.runtime import Runtime
 from voicepipe.pipeline.asr_stage import ASRStage
 from voicepipe.pipeline.config import CallConfig
@@ -17,8 +19,9 @@ __all__ = ["CallConfig", "Conversation", "Pipeline", "Stage", "build_pipeline"]
 
 
 def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversation: Conversation,
-                   send: Send) -> Pipeline:
-    """The stages of one call. The endpointer reads `config.turn_detection` live, so updates apply at once."""
+                   send: Send, describe: Callable[[], dict] = dict) -> Pipeline:
+    """The stages of one call; `describe` gives the session as the client sees it, for `session.updated`.
+    The endpointer reads `config.turn_detection` live, so updates apply at once."""
     engine = runtime.engine
     endpointer = Endpointer(config.turn_detection, max_utterance_s=config.max_utterance_s,
                             early_pause_ms=config.early_final_ms)
@@ -29,5 +32,5 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
         LLMStage(engine, runtime.tokenizer, conversation, config, call_id),
         SentenceAggregator(),
         TTSStage(engine, runtime.tts_rate),
-        ClientOutput(send, runtime.registry, runtime.tts_rate),
+        ClientOutput(send, runtime.registry, runtime.tts_rate, describe),
     ])

@@ -26,6 +26,7 @@ from voicepipe.pipeline.requests import (
     ItemCreated,
     ItemRequested,
     ResponseRequested,
+    SessionUpdate,
     TruncateRequested,
 )
 from voicepipe.pipeline.responder import Responder
@@ -59,7 +60,8 @@ class LLMStage(Stage):
                           Speculate: self._speculate, TurnEnded: self._turn_ended, BargeInResolved: self._resolved,
                           CancelRequested: self._cancel_requested, TruncateRequested: self.items.truncate,
                           ItemCreated: self.items.created, ResponseRequested: self._response_requested,
-                          ItemRequested: lambda event: self.items.requested(event, self._cancel_item)}
+                          ItemRequested: lambda event: self.items.requested(event, self._cancel_item),
+                          SessionUpdate: self._update}
 
     @property
     def turn(self) -> Turn | None:
@@ -87,6 +89,13 @@ class LLMStage(Stage):
 
     def cancel(self, reason: str) -> None:
         self.replies.cancel(reason)
+
+    def _update(self, event: SessionUpdate) -> None:
+        """The session's new instructions, tools and output, for the replies from now on."""
+        config = self.config
+        config.spoken, config.tools, config.tool_choice = event.spoken, event.tools, event.tool_choice
+        config.instructions = self.conversation.instructions = event.instructions
+        self.conversation.tool_instructions = event.tool_instructions
 
     def _speech_started(self, event: SpeechStarted) -> None:
         self.replies.called_for = None

@@ -32,11 +32,11 @@ from voicepipe.pipeline.events import (
     TurnDone,
 )
 from voicepipe.pipeline.pacing import PlaybackClock
-from voicepipe.pipeline.requests import ItemCreated
+from voicepipe.pipeline.requests import ItemCreated, SessionUpdate
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn, waterfall
 from voicepipe.pipeline.turn_metrics import turn_metrics
-from voicepipe.protocol import server_events
+from voicepipe.protocol import ServerEvent, server_events
 
 # send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
 Send = Callable[..., Awaitable[None]]
@@ -72,9 +72,10 @@ class ClientOutput(Stage):
     stopped.
     """
 
-    def __init__(self, send: Send, registry: CollectorRegistry, sample_rate: int) -> None:
+    def __init__(self, send: Send, registry: CollectorRegistry, sample_rate: int,
+                 describe: Callable[[], dict] = dict) -> None:
         super().__init__()
-        self.send, self.sample_rate = send, sample_rate
+        self.send, self.sample_rate, self.describe = send, sample_rate, describe
         self.clock = PlaybackClock()
         self.metrics = turn_metrics(registry)
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
@@ -115,6 +116,8 @@ class ClientOutput(Stage):
             await self.send(*server_events.speech_stopped(event.item_id, event.audio_end_ms))
         elif isinstance(event, InputCleared):
             await self.send(server_events.audio_cleared())
+        elif isinstance(event, SessionUpdate):  # every stage before has applied it
+            await self.send(server_events.session_event(ServerEvent.SESSION_UPDATED, self.describe()))
         elif isinstance(event, ItemCreated):
             await self.send(*server_events.text_item(event.item_id, event.role, event.text, event.item))
         elif isinstance(event, FunctionCallStarted):

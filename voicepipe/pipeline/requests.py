@@ -2,6 +2,7 @@
 and handled by the stage that owns what it asks about."""
 
 from dataclasses import dataclass
+from typing import Any
 
 from voicepipe.pipeline.events import Event
 
@@ -62,3 +63,17 @@ class TruncateRequested(Event):
 
     item_id: str
     audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUpdate(Event):
+    """A `session.update`, checked whole (nothing of a refused one applies): each stage applies what it
+    owns (the VAD stage the turn detection, the LLM stage the instructions, tools and output), and the
+    output stage answers `session.updated` once they have."""
+
+    instructions: str
+    spoken: bool
+    turn_detection: dict  # the fields that change
+    tools: tuple
+    tool_choice: Any
+    tool_instructions: str

@@ -1,9 +1,32 @@
-"""What a client sends, read once for every line that speaks the protocol: the native websocket, `talk`
-and both Realtime dialects."""
+"""What a client sends, read once for every line that speaks the protocol (the native websocket, `talk` and
+both Realtime dialects): each client event checked and made into the pipeline's request for it, or refused
+with a `ClientError` that says what is wrong in a word (`code`) and where (`param`)."""
 
+import base64
+import binascii
 from typing import Any
 
-from voicepipe.protocol.server_events import error
+import numpy as np
+
+from scheduler.grammar.schema_limits import SchemaTooComplex
+from voicepipe.audio import to_float32
+from voicepipe.constrained import tools
+from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.events import AudioIn
+from voicepipe.pipeline.requests import ItemCreated, ItemRequested, ResponseRequested, SessionUpdate, TruncateRequested
+from voicepipe.protocol.server_events import error, function_call_item, function_call_output_item
+from voicepipe.turns.detection import check_update
+
+MAX_TEXT = 8000  # characters of instructions, of a message or of a function's output
+MAX_METADATA = 16  # pairs, as OpenAI's
+
+
+class ClientError(ValueError):
+    """A client event refused; nothing of it was applied."""
+
+    def __init__(self, message: str, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.param = code, param
 
 
 def event_id_of(event: Any) -> str | None:
@@ -19,3 +42,185 @@ def too_large(message: str | bytes, limit: int) -> dict | None:
     if size <= limit:
         return None
     return error("message_too_large", f"a message of {size} bytes is over the limit of {limit}")
+
+
+def audio_bytes(event: dict) -> bytes:
+    """The PCM16 bytes of an `input_audio_buffer.append` (base64 in its `audio`), in every dialect."""
+    audio = event.get("audio")
+    try:
+        if not isinstance(audio, str):
+            raise ValueError("'audio' must be a base64 string")
+        pcm = base64.b64decode(audio, validate=True)
+    except (ValueError, binascii.Error) as e:
+        raise ClientError(f"input_audio_buffer.append: {e}", "invalid_audio") from None
+    check_pcm16(pcm)
+    return pcm
+
+
+def check_pcm16(pcm: bytes) -> None:
+    if len(pcm) % 2:
+        raise ClientError(f"PCM16 audio needs an even number of bytes, got {len(pcm)}", "invalid_audio")
+
+
+def audio_in(pcm: bytes) -> AudioIn | None:
+    """Microphone audio from PCM16 bytes (None for none)."""
+    check_pcm16(pcm)
+    return AudioIn(to_float32(np.frombuffer(pcm, "<i2"))) if pcm else None
+
+
+def item_created(item: Any, item_id: str) -> ItemCreated:
+    """A `conversation.item.create`'s item: a text message, a function call or a call's output."""
+    try:
+        if isinstance(item, dict) and item.get("type") in ("function_call", "function_call_output"):
+            return _call_item(item_id, item)
+        return ItemCreated(item_id, *_message_text(item))
+    except ValueError as e:
+        raise ClientError(f"conversation.item.create: {e}", "invalid_item") from None
+
+
+def item_id_of(item: Any) -> str | None:
+    """The id a client gave its item, if it is a usable one."""
+    given = item.get("id") if isinstance(item, dict) else None
+    return given if isinstance(given, str) and len(given) <= 64 else None
+
+
+def item_requested(kind: str, event: dict, event_id: str | None) -> ItemRequested:
+    """A `conversation.item.delete` or `.retrieve`."""
+    item_id = event.get("item_id")
+    if not isinstance(item_id, str) or not item_id or len(item_id) > 64:
+        raise ClientError(f"{kind} needs an item_id string", "invalid_item")
+    return ItemRequested(item_id, kind.rsplit(".", 1)[1], event_id)
+
+
+def truncate_requested(event: dict) -> TruncateRequested:
+    item_id, end = event.get("item_id"), event.get("audio_end_ms")
+    if not isinstance(item_id, str) or isinstance(end, bool) or not isinstance(end, int) or end < 0:
+        raise ClientError("conversation.item.truncate needs an item_id string and an audio_end_ms integer >= 0",
+                          "invalid_truncate")
+    return TruncateRequested(item_id, end)
+
+
+def _message_text(item: Any) -> tuple[str, str]:
+    """(role, text) of a message item made of text parts; ValueError says what is wrong with it."""
+    if not isinstance(item, dict) or item.get("type", "message") != "message":
+        raise ValueError("'item' must be an object of type 'message'")
+    role = item.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise ValueError("'role' must be 'user', 'assistant' or 'system'")
+    parts = item.get("content")
+    if not isinstance(parts, list) or not parts:
+        raise ValueError("'content' must be a non-empty list of text parts")
+    texts = []
+    for part in parts:
+        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text", "text"):
+            raise ValueError("only text parts ('input_text', 'output_text', 'text') are supported")
+        text = part.get("text")
+        if not is_text(text):
+            raise ValueError(f"a part's 'text' must be a string of at most {MAX_TEXT} characters")
+        texts.append(text)
+    return role, "".join(texts)
+
+
+def _call_item(item_id: str, item: dict) -> ItemCreated:
+    """A function call (history the client replays) or its output (what the client's function returned),
+    as the model reads it; ValueError says what is wrong with it."""
+    call_id = item.get("call_id")
+    if not (isinstance(call_id, str) and 0 < len(call_id) <= 64):
+        raise ValueError("a function call item needs a 'call_id' string")
+    if item["type"] == "function_call_output":
+        output = item.get("output")
+        if not is_text(output):
+            raise ValueError(f"'output' must be a string of at most {MAX_TEXT} characters")
+        return ItemCreated(item_id, "tool", output, function_call_output_item(item_id, call_id, output))
+    name, arguments = item.get("name"), item.get("arguments", "{}")
+    if not (isinstance(name, str) and name and is_text(arguments)):
+        raise ValueError("a function_call item needs a 'name' and its 'arguments' as a JSON string")
+    return ItemCreated(item_id, "assistant", tools.call_text(name, arguments),
+                       function_call_item(item_id, call_id, name, arguments))
+
+
+def response_requested(response: Any, event_id: str | None, spoken: bool) -> ResponseRequested:
+    """The parameters of a `response.create`, checked; ClientError names the first bad one."""
+    if not isinstance(response, dict):
+        raise ClientError("response must be an object", "invalid_response")
+    metadata = response.get("metadata")
+    if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= MAX_METADATA and all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+            for k, v in metadata.items())):
+        raise ClientError(f"response.metadata must be at most {MAX_METADATA} pairs of strings (keys up to 64 "
+                              "characters, values up to 512)", "invalid_metadata")
+    instructions = response.get("instructions")
+    if instructions is not None and not is_text(instructions):
+        raise ClientError(f"response.instructions must be a string of at most {MAX_TEXT} characters",
+                          "invalid_response")
+    limit = response.get("max_output_tokens", response.get("max_response_output_tokens", "inf"))
+    if limit != "inf" and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 4096):
+        raise ClientError("response.max_output_tokens must be an integer in [1, 4096] or 'inf'", "invalid_response")
+    spoken = speaks(response.get("output_modalities", response.get("modalities")), spoken)
+    if spoken is None:
+        raise ClientError("response.output_modalities must be ['audio'] or ['text']", "invalid_response")
+    conversation = response.get("conversation", "auto")
+    if conversation not in ("auto", "none"):
+        raise ClientError("response.conversation must be 'auto' or 'none'", "invalid_response")
+    return ResponseRequested(metadata, event_id, instructions, None if limit == "inf" else limit,
+                             conversation == "none", spoken)
+
+
+def speaks(modalities: Any, default: bool) -> bool | None:
+    """Whether `output_modalities` asks for speech (`["audio"]`, or the beta's `["audio", "text"]`) or only
+    text (`["text"]`); `default` when not given, None when it is neither."""
+    if modalities is None:
+        return default
+    if not (isinstance(modalities, list) and modalities and set(modalities) <= {"audio", "text"}):
+        return None
+    return "audio" in modalities
+
+
+def is_text(value: Any) -> bool:
+    """A string a message or instructions may be: at most MAX_TEXT characters, encodable."""
+    return isinstance(value, str) and len(value) <= MAX_TEXT and is_unicode(value)
+
+
+def is_unicode(text: str) -> bool:
+    """False for text with lone surrogates (JSON can escape them), which no tokenizer can encode."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+SESSION_FIELDS = {"instructions", "scheduler", "turn_detection", "output_modalities", "tools", "tool_choice"}
+
+
+def session_update(update: Any, config: CallConfig) -> SessionUpdate:
+    """A `session.update`'s fields against the call's `config`, all checked before any applies (the
+    scheduler's knobs and the tools' grammars are the engine's to check)."""
+    if not isinstance(update, dict):
+        raise ClientError("'session' must be an object", "invalid_session_update")
+    unknown = set(update) - SESSION_FIELDS
+    if unknown:
+        raise ClientError(f"unknown session fields: {', '.join(sorted(unknown))}", "invalid_session_update")
+    instructions = update.get("instructions", config.instructions)
+    if not is_text(instructions):
+        raise ClientError(f"instructions must be a string of at most {MAX_TEXT} characters, without lone "
+                          "surrogates", "invalid_session_update")
+    speak = speaks(update.get("output_modalities"), config.spoken)
+    if speak is None:
+        raise ClientError("output_modalities must be ['audio'] or ['text']", "invalid_session_update")
+    try:
+        detection = check_update(update["turn_detection"], config.turn_detection) if "turn_detection" in update \
+            else {}
+    except ValueError as e:
+        raise ClientError(str(e), "invalid_session_update") from None
+    try:
+        found = tools.parse_tools(update["tools"], "session.tools", nested=False) if "tools" in update \
+            else list(config.tools)
+        choice = update.get("tool_choice", config.tool_choice)
+        chosen = tools.choose(found, choice, "session.tool_choice")
+    except SchemaTooComplex as e:
+        raise ClientError(str(e), "schema_too_complex", str(e).split(":")[0]) from None
+    except ValueError as e:
+        raise ClientError(str(e), "invalid_session_update", str(e).split(":")[0]) from None
+    return SessionUpdate(instructions, speak, detection, tuple(found), choice,
+                         tools.instructions(found, chosen) if chosen else "")

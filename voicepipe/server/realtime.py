@@ -8,7 +8,6 @@ dialect its caller speaks.
 """
 
 import base64
-import binascii
 import json
 import logging
 from collections import OrderedDict
@@ -75,13 +74,9 @@ class RealtimeDialect:
         cause = client_events.event_id_of(event)
         if kind == ClientEvent.AUDIO_APPEND:
             try:
-                pcm = base64.b64decode(event.get("audio") or "", validate=True)
-            except (binascii.Error, ValueError, TypeError) as e:
-                await self._send(server_events.error("invalid_audio", f"input_audio_buffer.append: {e}", event_id=cause))
-                return None
-            if len(pcm) % 2:
-                await self._send(server_events.error("invalid_audio", "PCM16 audio needs an even number of bytes",
-                                                event_id=cause))
+                pcm = client_events.audio_bytes(event)
+            except client_events.ClientError as e:
+                await self._send(server_events.error(e.code, str(e), event_id=cause))
                 return None
             return self._mic.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2").tobytes() or None
         if kind == ClientEvent.SESSION_UPDATE:

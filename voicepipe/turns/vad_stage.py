@@ -19,7 +19,7 @@ from voicepipe.pipeline.events import (
     SpeechStarted,
     SpeechStopped,
 )
-from voicepipe.pipeline.requests import ClearRequested, CommitRequested
+from voicepipe.pipeline.requests import ClearRequested, CommitRequested, SessionUpdate
 from voicepipe.pipeline.stage import Stage
 from voicepipe.turns.endpointer import SAMPLE_RATE, WINDOW_MS, Boundary, Endpointer
 
@@ -59,6 +59,10 @@ class VADStage(Stage):
                 self.emit(Error("input_audio_buffer_commit_empty", "there is no speech in the input audio buffer "
                                 "to commit", event_id=event.event_id))
             self._boundaries(found)
+        elif isinstance(event, SessionUpdate):
+            for name, value in event.turn_detection.items():  # the endpointer reads its settings live
+                setattr(self.endpointer.settings, name, value)
+            self.emit(event)
         elif isinstance(event, ClearRequested):
             self._paused_at, self._quiet = None, False
             self.emit(InputCleared(self.item_id if self.endpointer.clear() else None))
