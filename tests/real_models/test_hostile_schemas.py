@@ -14,7 +14,7 @@ from support.helpers import get
 from websockets.asyncio.client import connect
 
 from scheduler import Engine, EngineConfig
-from scheduler.channel.client import LocalEngine
+from scheduler.channel.local import LocalEngine
 from voicepipe.bench.random_weights import random_llm
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime

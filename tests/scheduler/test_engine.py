@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams, Sequence
-from scheduler.channel.client import JobFailed, LocalEngine
+from scheduler.channel.client import JobFailed
+from scheduler.channel.local import LocalEngine
 from scheduler.jobs import JobHandler
 from scheduler.views import holdings
 from voicepipe.backends.base import chat_prompt_ids

@@ -13,8 +13,9 @@ import pytest_asyncio
 from support import engine_factories
 
 from scheduler import EngineConfig, RequestClass, SamplingParams, Sequence
-from scheduler.channel.client import EngineUnavailable, JobFailed, LocalEngine
+from scheduler.channel.client import EngineUnavailable, JobFailed
 from scheduler.channel.engine_process import ProcessEngine
+from scheduler.channel.local import LocalEngine
 from scheduler.jobs import JobHandler, make_job
 
 CONFIG = {"num_slabs": 4, "shard_tokens": 16, "precision": "fp32"}

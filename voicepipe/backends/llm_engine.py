@@ -3,7 +3,7 @@
 from collections.abc import AsyncIterator
 
 from scheduler import Engine, RequestClass, SamplingParams
-from scheduler.channel.client import LocalEngine
+from scheduler.channel.local import LocalEngine
 from voicepipe.backends.base import GenerationParams, chat_prompt_ids
 
 

@@ -15,8 +15,9 @@ import threading
 from typing import Any
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
-from scheduler.channel.client import EngineClient, LocalEngine
+from scheduler.channel.client import EngineClient
 from scheduler.channel.engine_process import ProcessEngine
+from scheduler.channel.local import LocalEngine
 from voicepipe.bench.engine_modes import percentile
 
 PROMPT = 224

@@ -9,8 +9,9 @@ import time
 import numpy as np
 
 from scheduler import EngineConfig, RequestClass, SamplingParams, Sequence
-from scheduler.channel.client import EngineClient, LocalEngine
+from scheduler.channel.client import EngineClient
 from scheduler.channel.engine_process import ProcessEngine
+from scheduler.channel.local import LocalEngine
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.random_weights import random_engine
 

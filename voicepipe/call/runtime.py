@@ -9,7 +9,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from scheduler import EngineConfig, RequestClass, SamplingParams
-from scheduler.channel.client import EngineClient, LocalEngine
+from scheduler.channel.client import EngineClient
+from scheduler.channel.local import LocalEngine
 from scheduler.config import DEFAULT_POLICY
 from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
 from voicepipe.backends.loading import (
