@@ -38,6 +38,17 @@ async def test_parameters_not_supported_are_refused_by_name(served, extra, param
     assert status == 400 and body["error"]["param"] == param and body["error"]["code"] == "unsupported_parameter"
 
 
+async def test_content_parts_other_than_text_are_refused_by_name_and_text_parts_are_read(served):
+    server, engine = served
+    audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}
+    status, _, body = await post(server, {**chat(), "messages": [audio]})
+    assert status == 400 and "'input_audio'" in body["error"]["message"]
+    assert body["error"]["param"].startswith("messages.0.content")
+    parts = {"role": "developer", "content": [{"type": "text", "text": "Be brief."}]}
+    status, _, body = await post(server, {**chat(), "messages": [parts, *chat()["messages"]]})
+    assert status == 200 and "system: Be brief." in [engine.tokenizer.strings[i] for i in engine.requests[-1].prompt]
+
+
 async def test_a_request_gets_a_bounded_length_and_a_refusal_field(served):
     server, engine = served
     status, _, body = await post(server, chat(response_format={"type": "text"}, tool_choice="none"))

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import numpy as np
 
@@ -146,14 +147,14 @@ async def settle(pipeline) -> None:
 
 @asynccontextmanager
 async def fake_server(limits: Limits, reply: str = "one two three four five six", heard: str = "",
-                      replies: dict[str, str] | None = None) -> AsyncIterator[tuple]:
+                      replies: dict[str, str] | None = None, security: Any = None) -> AsyncIterator[tuple]:
     """A real voice server on a loopback port over the fake engine, whose ASR hears `heard` in any speech
     and which answers `reply` (or, to a question in `replies`, its answer): (server, engine)."""
     from voicepipe.server import VoiceServer
 
     engine = FakeEngine(FakeTokenizer(), replies, default_reply=reply, asr=FakeASR(heard), tts=FakeTTS())
     runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
-    server = VoiceServer(runtime, limits)
+    server = VoiceServer(runtime, limits, security=security)
     await server.start("127.0.0.1", 0)
     try:
         yield server, engine

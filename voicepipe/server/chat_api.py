@@ -13,7 +13,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler import RequestClass, SamplingParams
@@ -34,6 +34,7 @@ MAX_STOP = 4  # as OpenAI allows
 
 
 class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
     type: Literal["text"]
     text: str
 
@@ -50,18 +51,32 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+ROLES = {"developer": "system", "function": "tool"}  # as the chat templates know them
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]  # function: the old tool
     content: str | list[TextPart] | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant's calls, in the history
     tool_call_id: str | None = None  # a tool's answer: to which call
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def text_parts_only(cls, content: Any) -> Any:
+        """Text is read; any other part OpenAI's schema allows (an image, audio, a file, a refusal) is
+        refused by name, as this server reads text only."""
+        for part in content if isinstance(content, list) else ():
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text":
+                raise ValueError(f"only text content parts are read here, not {kind!r}")
+        return content
 
     def as_chat(self) -> dict[str, str]:
         """The message as the model reads it: calls in the call format, a tool's answer as its own role."""
         text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
         text += "".join(tools.call_text(c.function.name, c.function.arguments) for c in self.tool_calls or [])
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+        return {"role": ROLES.get(self.role, self.role), "content": text}
 
 
 class StreamOptions(BaseModel):
@@ -81,7 +96,7 @@ class ChatRequest(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1)  # null: 1
     stop: str | list[str] | None = None
     seed: int | None = None
-    n: int | None = Field(None, ge=1, le=1)
+    n: int | None = Field(None, ge=1)  # one choice a request (more: refused by name)
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     tools: list[Any] | None = None
@@ -97,7 +112,7 @@ class ChatRequest(BaseModel):
     def unsupported(self) -> str | None:
         """The first parameter asked for that this server cannot honour, if any."""
         asked = {"functions": bool(self.functions), "function_call": self.function_call not in (None, "none"),
-                 "logprobs": bool(self.logprobs), "top_logprobs": bool(self.top_logprobs)}
+                 "logprobs": bool(self.logprobs), "top_logprobs": bool(self.top_logprobs), "n": (self.n or 1) > 1}
         return next((name for name, wanted in asked.items() if wanted), None)
 
     def structure(self) -> "tuple[list[tools.Tool], str | None, Grammar | None, list[tuple[str, Grammar]]]":
