@@ -45,10 +45,24 @@ def core_tokens(prompts) -> list[list[int]]:
     return [s.output_ids for s in seqs]
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def process_engine():
+async def started() -> ProcessEngine:
     engine = ProcessEngine(engine_factories.tiny, CONFIG, EngineConfig(**CONFIG))
     await engine.start()
+    return engine
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_engine():
+    """One engine process for the tests that leave it as they found it (a start costs seconds)."""
+    engine = await started()
+    yield engine
+    await engine.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def process_engine():
+    """An engine process of the test's own, for the tests that kill it."""
+    engine = await started()
     yield engine
     await engine.stop()
 
@@ -65,16 +79,16 @@ async def settled(engine) -> dict:
 
 
 @module_loop
-async def test_a_process_engine_gives_the_tokens_of_the_engine_in_this_thread(process_engine):
+async def test_a_shared_engine_gives_the_tokens_of_the_engine_in_this_thread(shared_engine):
     local = LocalEngine(engine_factories.tiny(**CONFIG)[0])
     local.start()
     try:
         expected = core_tokens(PROMPTS)
-        for engine in (local, process_engine):
+        for engine in (local, shared_engine):
             answers = await asyncio.gather(*(answer(engine, p) for p in PROMPTS))
             assert [tokens for tokens, _ in answers] == expected
             assert {reason for _, reason in answers} == {"length"}
-        snapshot, page = await process_engine.snapshot(), await process_engine.view("page")
+        snapshot, page = await shared_engine.snapshot(), await shared_engine.view("page")
         assert [s["t"] for s in page["steps"]] == [s["t"] for s in snapshot["steps"][-20:]]
         assert page["steps"] and not any("chunks" in s for s in page["steps"])  # the page's refresh stays small
     finally:
@@ -82,7 +96,7 @@ async def test_a_process_engine_gives_the_tokens_of_the_engine_in_this_thread(pr
 
 
 @module_loop
-async def test_a_probe_reports_the_models_own_probability_of_a_token_through_the_channel(process_engine):
+async def test_a_probe_reports_the_models_own_probability_of_a_token_through_the_channel(shared_engine):
     import torch
 
     model = engine_factories.tiny(**CONFIG)[0].runner.model
@@ -90,48 +104,48 @@ async def test_a_probe_reports_the_models_own_probability_of_a_token_through_the
     with torch.no_grad():
         expected = float(torch.softmax(model(torch.tensor([prompt])).logits[0, -1].float(), -1)[list(probe)].sum())
     params = SamplingParams(max_tokens=2, ignore_eos=True, probe_tokens=probe)
-    outs = [out async for out in process_engine.generate(prompt, params) if out.token_id is not None]
+    outs = [out async for out in shared_engine.generate(prompt, params) if out.token_id is not None]
     assert outs[0].probe == pytest.approx(expected, rel=1e-3, abs=1e-6)
     assert outs[1].probe is not None and outs[1].probe != outs[0].probe  # a probe at each sampled position
-    plain = [out async for out in process_engine.generate(prompt, greedy(2)) if out.token_id is not None]
+    plain = [out async for out in shared_engine.generate(prompt, greedy(2)) if out.token_id is not None]
     assert [o.token_id for o in plain] == [o.token_id for o in outs] and plain[0].probe is None
 
 
 @module_loop
-async def test_leaving_a_stream_aborts_its_request_and_frees_its_pages(process_engine):
-    stream = process_engine.generate(PROMPTS[2], greedy(10_000))
+async def test_leaving_a_stream_aborts_its_request_and_frees_its_pages(shared_engine):
+    stream = shared_engine.generate(PROMPTS[2], greedy(10_000))
     async for out in stream:
         if out.token_id is not None:
             break
-    assert (await process_engine.holdings())["requests"] == 1
+    assert (await shared_engine.holdings())["requests"] == 1
     await stream.aclose()
-    held = await settled(process_engine)
+    held = await settled(shared_engine)
     assert held["requests"] == 0 and held["pool_error"] is None
     assert held["used_pages"] == held["cached_pages"]  # only the prefix cache keeps pages
 
 
 @module_loop
-async def test_a_session_keeps_its_prefix_until_released_through_the_channel(process_engine):
-    process_engine.open_session("call-1")
-    await answer(process_engine, PROMPTS[2], greedy(4), cls=RequestClass.REALTIME, session="call-1")
-    held = await settled(process_engine)
+async def test_a_session_keeps_its_prefix_until_released_through_the_channel(shared_engine):
+    shared_engine.open_session("call-1")
+    await answer(shared_engine, PROMPTS[2], greedy(4), cls=RequestClass.REALTIME, session="call-1")
+    held = await settled(shared_engine)
     assert held["pinned"].get("call-1", 0) > 0
-    process_engine.release_session("call-1")
-    held = await settled(process_engine)
+    shared_engine.release_session("call-1")
+    held = await settled(shared_engine)
     assert "call-1" not in held["pinned"] and held["pool_error"] is None
 
 
 @module_loop
-async def test_device_jobs_cross_as_data_and_their_errors_come_back(process_engine):
+async def test_device_jobs_cross_as_data_and_their_errors_come_back(shared_engine):
     audio = np.linspace(-1, 1, 16000, dtype=np.float32)
-    echoed = await process_engine.run_job("echo", audio, "text", 3, cls=RequestClass.REALTIME)
+    echoed = await shared_engine.run_job("echo", audio, "text", 3, cls=RequestClass.REALTIME)
     assert isinstance(echoed[0], np.ndarray) and echoed[0].dtype == np.float32
     assert np.array_equal(echoed[0], audio) and echoed[1:] == ["text", 3]
     with pytest.raises(JobFailed, match="no device job named"):
-        await process_engine.run_job("missing")
+        await shared_engine.run_job("missing")
     with pytest.raises(TypeError, match="cannot send"):
-        await process_engine.run_job("echo", object)  # not data: refused before it leaves
-    assert not process_engine.busy()
+        await shared_engine.run_job("echo", object)  # not data: refused before it leaves
+    assert not shared_engine.busy()
 
 
 def test_queued_jobs_of_a_batched_kind_run_as_one_call_and_cancelled_ones_not_at_all():
