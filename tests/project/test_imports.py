@@ -49,10 +49,16 @@ def graph(types: bool = False) -> dict[str, set[str]]:
     paths = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     known = set(paths)
     edges = {name: load_time_imports(path, name, known, types) for name, path in paths.items()}
-    for name in edges:  # importing a.b.c loads a and a.b first
-        parts = name.split(".")
-        edges[name] |= {".".join(parts[:i]) for i in range(1, len(parts))} & known - {name}
+    for name in edges:  # importing a.b.c loads a and a.b first: the importer's own and those of what it imports
+        ancestors = parents(name)
+        edges[name] |= ancestors & known - {name}
+        edges[name] |= {p for m in list(edges[name]) for p in parents(m)} & known - ancestors - {name}
     return edges
+
+
+def parents(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -24,8 +24,9 @@ from websockets.exceptions import ConnectionClosed
 
 from voicepipe.audio import read_audio, to_pcm16
 from voicepipe.call.limits import Limits
+from voicepipe.call.pipeline import build_pipeline
 from voicepipe.cli import build_parser
-from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import TranscriptFinal
 from voicepipe.pipeline.llm_stage import LLMStage
 from voicepipe.pipeline.requests import CancelRequested

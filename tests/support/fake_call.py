@@ -13,8 +13,9 @@ import numpy as np
 
 from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 from voicepipe.call.limits import Limits
+from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
-from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import SpeechAudio, SpeechPaused, SpeechStarted, SpeechStopped
 
 QUESTION = "What is the capital of France?"

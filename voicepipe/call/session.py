@@ -11,11 +11,12 @@ from typing import Any
 from scheduler import KNOBS
 from scheduler.channel.client import EngineUnavailable
 from voicepipe.call.limits import Limits
+from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
 from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
 from voicepipe.ids import new_id
-from voicepipe.pipeline import CallConfig, Conversation, build_pipeline
+from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import Event
 from voicepipe.pipeline.requests import CancelRequested, ClearRequested, CommitRequested, SessionUpdate
 from voicepipe.pipeline.turn_metrics import turn_metrics

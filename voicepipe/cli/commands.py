@@ -29,8 +29,8 @@ from voicepipe.cli.oneshot import (
 )
 from voicepipe.cli.options import add_verbose_argument
 from voicepipe.cli.serve import add_serve_arguments, run_serve
+from voicepipe.cli.simulate import add_simulate_arguments, run_simulate
 from voicepipe.cli.talk import add_talk_arguments, run_talk
-from voicepipe.simulate.command import add_simulate_arguments, run_simulate
 
 COMMANDS = [
     Command("transcribe", "print the transcript of an audio file", add_transcribe_arguments, run_transcribe),

@@ -1,36 +1,7 @@
-"""One call's pipeline: VAD -> ASR -> turn-taking -> LLM -> sentences -> TTS -> client, as a list of stages."""
+"""One call's pipeline stages and what they share: typed events, the turn record, the conversation, pacing.
+The stages are put together as a list in `voicepipe.call.pipeline.build_pipeline`."""
 
-from collections.abc import Callable
-
-from voicepipe.call.runtime import Runtime
-from voicepipe.pipeline.asr_stage import ASRStage
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
-from voicepipe.pipeline.llm_stage import LLMStage
-from voicepipe.pipeline.output import ClientOutput, Send
-from voicepipe.pipeline.sentences import SentenceAggregator
-from voicepipe.pipeline.stage import Pipeline, Stage
-from voicepipe.pipeline.tts_stage import TTSStage
-from voicepipe.turns.endpointer import Endpointer
-from voicepipe.turns.turn_taking import TurnTaking
-from voicepipe.turns.vad_stage import VADStage
 
-__all__ = ["CallConfig", "Conversation", "Pipeline", "Stage", "build_pipeline"]
-
-
-def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversation: Conversation,
-                   send: Send, describe: Callable[[], dict] = dict) -> Pipeline:
-    """The stages of one call; `describe` gives the session as the client sees it, for `session.updated`.
-    The endpointer reads `config.turn_detection` live, so updates apply at once."""
-    engine = runtime.engine
-    endpointer = Endpointer(config.turn_detection, max_utterance_s=config.max_utterance_s,
-                            early_pause_ms=config.early_final_ms)
-    return Pipeline([
-        VADStage(endpointer),
-        ASRStage(engine, runtime.asr_rate, config),
-        TurnTaking(engine, runtime.tokenizer, conversation, config, call_id),
-        LLMStage(engine, runtime.tokenizer, conversation, config, call_id),
-        SentenceAggregator(),
-        TTSStage(engine, runtime.tts_rate),
-        ClientOutput(send, runtime.registry, runtime.tts_rate, describe),
-    ])
+__all__ = ["CallConfig", "Conversation"]

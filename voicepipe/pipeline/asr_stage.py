@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scheduler import RequestClass
-from scheduler.channel.client import EngineClient
 from voicepipe.audio import resample
 from voicepipe.backends.loading import ASR_FINAL, ASR_PARTIAL
 from voicepipe.pipeline.agreement import Agreement
 from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     Error,
     Event,
@@ -69,7 +69,7 @@ class ASRStage(Stage):
     callers who stop together run as one job.
     """
 
-    def __init__(self, engine: EngineClient, asr_rate: int, config: CallConfig) -> None:
+    def __init__(self, engine: Engine, asr_rate: int, config: CallConfig) -> None:
         super().__init__()
         self.engine, self.asr_rate, self.config = engine, asr_rate, config
         self.utterance: _Utterance | None = None

@@ -4,9 +4,9 @@ import time
 from typing import Any
 
 from scheduler import RequestClass
-from scheduler.channel.client import EngineClient
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     BargeInResolved,
     Error,
@@ -46,7 +46,7 @@ class LLMStage(Stage):
     before anything of it was sent. What the caller heard of each recent reply is kept (from `Played` and
     `PlaybackPaused`), so a reply cut off keeps only its heard words in the conversation."""
 
-    def __init__(self, engine: EngineClient, tokenizer: Any, conversation: Conversation, config: CallConfig,
+    def __init__(self, engine: Engine, tokenizer: Any, conversation: Conversation, config: CallConfig,
                  call_id: str) -> None:
         super().__init__()
         self.engine, self.tokenizer, self.conversation = engine, tokenizer, conversation

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler import RequestClass, SamplingParams
-from scheduler.channel.client import EngineClient
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.constrained import tools
 from voicepipe.ids import new_id
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     Error,
     Event,
@@ -40,7 +40,7 @@ class ReplyRequest:
 class ReplyWriter:
     """Streams a turn's reply into its `Reply` record, emitting what the client hears of it as it comes."""
 
-    def __init__(self, engine: EngineClient, tokenizer: Any, conversation: Conversation, config: CallConfig,
+    def __init__(self, engine: Engine, tokenizer: Any, conversation: Conversation, config: CallConfig,
                  emit: Callable[[Event], None]) -> None:
         self.engine, self.tokenizer, self.conversation, self.config = engine, tokenizer, conversation, config
         self.emit = emit

@@ -4,9 +4,9 @@ the LLM stage owns (`ReplyWriter` writes it); the LLM stage decides which reply 
 import asyncio
 import time
 
-from scheduler.channel.client import EngineClient
 from voicepipe.ids import new_id
 from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import Paced, ResponseCreated, TextDone, TranscriptEarly, TurnCancelled
 from voicepipe.pipeline.items import Items
 from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
@@ -20,7 +20,7 @@ class Responder:
     speech that a reply ending in a function call answered, so the reply after the call's output is timed
     from it, as the same turn."""
 
-    def __init__(self, stage: Stage, engine: EngineClient, writer: ReplyWriter, items: Items, config: CallConfig,
+    def __init__(self, stage: Stage, engine: Engine, writer: ReplyWriter, items: Items, config: CallConfig,
                  call_id: str) -> None:
         self.stage, self.engine, self.writer, self.items = stage, engine, writer, items
         self.config, self.call_id = config, call_id

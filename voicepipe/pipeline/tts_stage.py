@@ -5,8 +5,8 @@ import logging
 import time
 
 from scheduler import RequestClass
-from scheduler.channel.client import EngineClient
 from voicepipe.backends.loading import TTS_SENTENCE
+from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     AudioOut,
     Error,
@@ -40,7 +40,7 @@ class TTSStage(Stage):
     stage upstream when its request must deliver (`Paced`) whenever that moves.
     """
 
-    def __init__(self, engine: EngineClient, sample_rate: int) -> None:
+    def __init__(self, engine: Engine, sample_rate: int) -> None:
         super().__init__()
         self.engine, self.sample_rate, self.pacing = engine, sample_rate, Pacing()
         self._turn: Turn | None = None

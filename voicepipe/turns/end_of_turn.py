@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from scheduler import RequestClass, SamplingParams
-from scheduler.channel.client import EngineClient
+from voicepipe.pipeline.engine_port import Engine
 
 if TYPE_CHECKING:
     from voicepipe.pipeline.conversation import Conversation
@@ -96,7 +96,7 @@ def probe_params(tokenizer: Any, params: SamplingParams, position: int) -> Sampl
     return replace(params, probe_tokens=sentence_end_tokens(tokenizer), probe_at=position)
 
 
-async def end_probability(engine: EngineClient, tokenizer: Any, prompt_ids: list[int], deadline: float) -> float | None:
+async def end_probability(engine: Engine, tokenizer: Any, prompt_ids: list[int], deadline: float) -> float | None:
     """The model's probability that the last message of `prompt_ids` (a reply's prompt, its last message
     `unpunctuated`) is a finished sentence, as a request of its own; None when the chat template has no
     end token to cut at."""

@@ -1,6 +1,6 @@
 """The TurnTaking stage: between the transcripts and the LLM, it decides when the assistant speaks.
 
-It tells the engine to expect the caller from their first silence (`EngineClient.expect`), so the turn's
+It tells the engine to expect the caller from their first silence (`Engine.expect`), so the turn's
 work never waits behind a long step; at each pause it has the reply begun ahead (`Speculate`) and, under
 semantic turns, asks the model whether the caller has finished (the verdict goes up to the endpointer as
 `EndOfTurn`); at the end of an utterance it says whether to answer (`TurnEnded`). Words said over the
@@ -10,9 +10,9 @@ assistant are judged here too: a backchannel lets the reply play on, words cance
 import time
 from typing import Any
 
-from scheduler.channel.client import EngineClient
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     BargeInResolved,
     EndOfTurn,
@@ -37,7 +37,7 @@ class TurnTaking(Stage):
     """Says "reply now", "begin the reply ahead" and "drop it" as events, from the caller's speech, pauses
     and words; reads the conversation (for the judge's prompt) and writes nothing of it."""
 
-    def __init__(self, engine: EngineClient, tokenizer: Any, conversation: Conversation, config: CallConfig,
+    def __init__(self, engine: Engine, tokenizer: Any, conversation: Conversation, config: CallConfig,
                  call_id: str) -> None:
         super().__init__()
         self.engine, self.tokenizer, self.conversation = engine, tokenizer, conversation

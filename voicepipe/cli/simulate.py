@@ -85,6 +85,6 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m voicepipe.simulate.command")
+    parser = argparse.ArgumentParser(prog="python -m voicepipe.cli.simulate")
     add_simulate_arguments(parser)
     sys.exit(run_simulate(parser.parse_args()))
