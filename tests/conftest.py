@@ -95,7 +95,6 @@ async def runtime(llm, asr, tts):
     from voicepipe.call.runtime import Runtime
 
     runtime = Runtime.start(*llm, asr, tts)
-    await runtime.warm_up()
     yield runtime
     await runtime.close()
 

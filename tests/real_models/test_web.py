@@ -78,7 +78,6 @@ def server():
         asyncio.set_event_loop(loop)
 
         async def start() -> None:
-            await runtime.warm_up()
             box["server"] = VoiceServer(runtime)
             await box["server"].start("127.0.0.1", 0)
 

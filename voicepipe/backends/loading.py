@@ -181,19 +181,32 @@ def warm_up_engine(engine: "Engine") -> None:
     engine.take_outputs()
 
 
-def build_engine(**values: Any) -> tuple["Engine", dict[str, Any]]:
-    """The engine process's factory: load every model named by the options, warm them up, make the engine."""
-    from voicepipe.backends import threads
+def load_models(options: ModelOptions, device: str) -> tuple[Any, Any, ASR, TTS]:
+    """(model, tokenizer, asr, tts): every model the options name, on `device`. The one load path of an
+    engine in its own process (`build_engine`) and of one on a thread (`Runtime.load`)."""
     from voicepipe.backends.models import load_llm
+
+    asr, tts = load_voice_models(options, device)
+    phase("loading the LLM")
+    model, tokenizer = load_llm(options.llm_model)
+    return model, tokenizer, asr, tts
+
+
+def ready_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: "EngineConfig") -> "Engine":
+    """The engine over loaded models, warmed up before it serves, wherever it will run."""
+    phase(f"starting the engine ({config.policy}, {config.precision} weights on {config.device})")
+    engine = make_engine(model, tokenizer, asr, tts, config)
+    warm_up_engine(engine)
+    return engine
+
+
+def build_engine(**values: Any) -> tuple["Engine", dict[str, Any]]:
+    """The engine process's factory: load every model named by the options, make the engine, warm it up."""
+    from voicepipe.backends import threads
 
     threads.configure()  # before torch or CTranslate2 loads in this process
     options = ModelOptions(**values)
     config = engine_config(options)
     set_torch_threads(options, config.device)
-    asr, tts = load_voice_models(options, config.device)
-    phase("loading the LLM")
-    model, tokenizer = load_llm(options.llm_model)
-    phase(f"starting the engine ({config.policy}, {config.precision} weights on {config.device})")
-    engine = make_engine(model, tokenizer, asr, tts, config)
-    warm_up_engine(engine)
-    return engine, voice_info(model, asr, tts)
+    model, tokenizer, asr, tts = load_models(options, config.device)
+    return ready_engine(model, tokenizer, asr, tts, config), voice_info(model, asr, tts)

@@ -142,7 +142,6 @@ async def bench_runtime(options: ModelOptions, engine: str) -> Runtime:
     if engine == "process":
         return await Runtime.spawn(options)
     runtime = Runtime.load(options)
-    await runtime.warm_up()
     return runtime
 
 

@@ -8,20 +8,18 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from scheduler import EngineConfig, RequestClass, SamplingParams
+from scheduler import EngineConfig
 from scheduler.channel.client import EngineClient
 from scheduler.channel.local import LocalEngine
 from scheduler.config import DEFAULT_POLICY
-from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
+from voicepipe.backends.base import ASR, TTS
 from voicepipe.backends.loading import (
-    WARM_UP,
     ModelOptions,
     build_engine,
     check_call_policy,
     engine_config,
-    load_voice_models,
-    make_engine,
-    phase,
+    load_models,
+    ready_engine,
     set_torch_threads,
     voice_info,
 )
@@ -35,7 +33,7 @@ class Runtime:
     asr_rate: int
     tts_rate: int
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # the calls' and the API's metrics
-    warm: bool = False  # warmed up: the first caller waits for no lazy set-up
+    warm: bool = True  # warmed up (every engine is, before it serves): the first caller waits for nothing
 
     @property
     def ready(self) -> bool:
@@ -44,9 +42,9 @@ class Runtime:
     @classmethod
     def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = DEFAULT_POLICY,
               config: EngineConfig | None = None) -> "Runtime":
-        """An engine on a thread of this process, over models already loaded."""
+        """An engine on a thread of this process, over models already loaded, warmed up before it starts."""
         check_call_policy(policy)
-        engine = make_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_fields(policy=policy))
+        engine = ready_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_fields(policy=policy))
         client = LocalEngine(engine)
         client.start()
         return cls(client, tokenizer, **voice_info(model, asr, tts))
@@ -54,15 +52,10 @@ class Runtime:
     @classmethod
     def load(cls, options: ModelOptions) -> "Runtime":
         """Load the models the options name and start their engine on a thread of this process."""
-        from voicepipe.backends.models import load_llm
-
         config = engine_config(options)
         if options.torch_threads is not None:
             set_torch_threads(options, config.device)
-        asr, tts = load_voice_models(options, config.device)
-        phase("loading the LLM")
-        model, tokenizer = load_llm(options.llm_model)
-        return cls.start(model, tokenizer, asr, tts, options.policy, config)
+        return cls.start(*load_models(options, config.device), options.policy, config)
 
     @classmethod
     async def spawn(cls, options: ModelOptions) -> "Runtime":
@@ -78,13 +71,6 @@ class Runtime:
         info = engine.info
         return cls(engine, tokenizer, info["model_id"], info["asr_rate"], info["tts_rate"], warm=True)
 
-    async def warm_up(self) -> None:
-        """Run each model once, so the first caller does not wait for lazy initialisation."""
-        await self.engine.run_job(WARM_UP, cls=RequestClass.BATCH)
-        prompt = chat_prompt_ids(self.tokenizer, [{"role": "user", "content": "Hello."}])
-        async for _ in self.engine.generate(prompt, SamplingParams(max_tokens=2), RequestClass.BATCH):
-            pass
-        self.warm = True
 
     async def metrics_text(self) -> bytes:
         """Every metric for /metrics: this process's (calls, API) and the engine's."""

@@ -98,7 +98,6 @@ def run_turn_command(args: argparse.Namespace) -> int:
 
     async def turn() -> "TurnResult":
         try:
-            await runtime.warm_up()
             return await run_turn(runtime, args.input, config)
         finally:
             await runtime.close()

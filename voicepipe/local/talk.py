@@ -212,7 +212,6 @@ async def talk(runtime: Runtime, devices: Devices) -> None:
     loop to report to (as `run_server` does).
     """
     try:
-        await runtime.warm_up()
         await LocalCall(runtime, devices).run()
     finally:
         await runtime.close()

@@ -27,8 +27,8 @@ async def serve_spawned(options: ModelOptions, settings: "ServeSettings", sock: 
 async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.socket) -> None:
     """Serve on `sock` until SIGTERM or SIGINT.
 
-    The server listens while the models warm up, if they are not yet (`/health` answers, `/ready` says
-    503 until they are). On a signal it drains: new calls are refused, replies in progress get
+    The runtime's engine is warmed up before it serves (in its process, or before its thread starts). On
+    a signal it drains: new calls are refused, replies in progress get
     `settings.drain_s` to finish, then the calls are closed and the engine stopped (its process joined)
     while this event loop still runs, so the aborts of their requests find a loop to report to.
     """
@@ -39,9 +39,6 @@ async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.s
         loop.add_signal_handler(sig, stop.set)
     try:
         await server.start(sock=sock, ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
-        if not runtime.warm:
-            say("warming up the models ...")
-            await runtime.warm_up()
         print(f"voicepipe: listening on {server.url}", flush=True)
         await stop.wait()
         say(f"shutting down: finishing replies in progress (up to {settings.drain_s:g} s) ...")
