@@ -61,7 +61,7 @@ def message(n: int) -> dict:
 @asynccontextmanager
 async def realtime_call(tokenizer: CountingTokenizer, limits: Limits):
     engine = FakeEngine(tokenizer, asr=FakeASR(""), tts=FakeTTS())
-    runtime = Runtime(engine, tokenizer, "fake-model", 16000, 16000, warm=True)
+    runtime = Runtime(engine, tokenizer, "fake-model", 16000, 16000)
     client = QueueTransport()
     call = Session(RealtimeDialect(client, runtime, limits.max_message_bytes), runtime, limits)
     served = asyncio.create_task(call.run())

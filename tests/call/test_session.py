@@ -24,7 +24,7 @@ TEXT_ITEM = {"type": ClientEvent.ITEM_CREATE,
 async def session(limits: Limits | None = None, realtime: bool = False):
     """A call being served over a QueueTransport: (client transport, session, engine)."""
     engine = FakeEngine(FakeTokenizer(), {QUESTION: REPLY}, asr=FakeASR(""), tts=FakeTTS())
-    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
+    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000)
     limits = limits or Limits()
     client = QueueTransport()
     line = RealtimeDialect(client, runtime, limits.max_message_bytes) if realtime else client

@@ -36,7 +36,7 @@ async def server():
     model, _ = random_llm("tiny", vocab_size=len(tokenizer))
     engine = LocalEngine(Engine(model, tokenizer, EngineConfig(grammar_budget_s=BUDGET_S)))
     engine.start()
-    runtime = Runtime(engine, tokenizer, "tiny", 16000, 16000, warm=True)
+    runtime = Runtime(engine, tokenizer, "tiny", 16000, 16000)
     server = VoiceServer(runtime, Limits())
     await server.start("127.0.0.1", 0)
     status, _, _ = await http_post(server, chat(response_format=schema_format(SMALL)))  # the worker is up

@@ -154,7 +154,7 @@ async def fake_server(limits: Limits, reply: str = "one two three four five six"
     from voicepipe.server import VoiceServer
 
     engine = FakeEngine(FakeTokenizer(), replies, default_reply=reply, asr=FakeASR(heard), tts=FakeTTS())
-    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, warm=True)
+    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000)
     server = VoiceServer(runtime, limits, security=security)
     await server.start("127.0.0.1", 0)
     try:

@@ -33,11 +33,10 @@ class Runtime:
     asr_rate: int
     tts_rate: int
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # the calls' and the API's metrics
-    warm: bool = True  # warmed up (every engine is, before it serves): the first caller waits for nothing
 
     @property
     def ready(self) -> bool:
-        return self.warm and self.engine.alive
+        return self.engine.alive  # every engine is warmed up before it serves
 
     @classmethod
     def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = DEFAULT_POLICY,
@@ -69,7 +68,7 @@ class Runtime:
         engine = ProcessEngine(build_engine, asdict(options), config)
         await engine.start()
         info = engine.info
-        return cls(engine, tokenizer, info["model_id"], info["asr_rate"], info["tts_rate"], warm=True)
+        return cls(engine, tokenizer, info["model_id"], info["asr_rate"], info["tts_rate"])
 
 
     async def metrics_text(self) -> bytes:

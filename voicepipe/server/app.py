@@ -36,12 +36,7 @@ def build_app(server: CallHost) -> FastAPI:
     async def ready() -> JSONResponse:
         if server.ready:
             return JSONResponse({"status": "ready"})
-        if server.draining:
-            state = "draining"
-        elif runtime.warm and not runtime.engine.alive:
-            state = "engine_restarting"
-        else:
-            state = "warming_up"
+        state = "draining" if server.draining else "engine_restarting"
         return JSONResponse({"status": state}, status_code=503)
 
     @app.get("/metrics")
