@@ -1,0 +1,67 @@
+"""The TurnTaking stage on its own: the verdicts it gives the LLM stage for the caller's speech, pauses and
+words, over the fake engine."""
+
+import time
+
+from support.fake_call import run_stage
+from support.fakes import FakeEngine, FakeTokenizer
+
+from voicepipe.pipeline import CallConfig, Conversation
+from voicepipe.pipeline.events import (
+    BargeInResolved,
+    PlaybackPaused,
+    SpeechStarted,
+    SpeechStopped,
+    TranscriptEarly,
+    TranscriptFinal,
+)
+from voicepipe.pipeline.turn import Turn
+from voicepipe.turns.detection import TurnDetection
+from voicepipe.turns.turn_taking import TurnTaking
+from voicepipe.turns.verdicts import DropSpeculation, Speculate, TurnEnded
+
+
+def stage(**config) -> TurnTaking:
+    engine = FakeEngine(FakeTokenizer())
+    call = CallConfig(**config)
+    return TurnTaking(engine, engine.tokenizer, Conversation("", engine.tokenizer), call, "call")
+
+
+def verdicts(events: list) -> list:
+    return [e for e in events if isinstance(e, TurnEnded | Speculate | DropSpeculation | BargeInResolved)]
+
+
+def final(item: str, text: str) -> TranscriptFinal:
+    return TranscriptFinal(item, text, time.monotonic(), 0.1)
+
+
+async def test_a_finished_utterance_is_answered_unless_the_caller_already_speaks_again():
+    now = time.monotonic()
+    down, _ = await run_stage(stage(), [SpeechStarted("item_1", 0, now), SpeechStopped("item_1", 900, now, 100),
+                                        final("item_1", "What time is it?")])
+    assert [(type(v).__name__, getattr(v, "answer", None)) for v in verdicts(down)] == \
+        [("DropSpeculation", None), ("TurnEnded", True)]
+    said = final("item_1", "What time is it?")
+    down, _ = await run_stage(stage(), [SpeechStarted("item_1", 0, now), said])
+    assert verdicts(down)[-1] == TurnEnded(said, answer=False)  # still speaking: it joins, no reply yet
+
+
+async def test_a_pause_begins_the_reply_ahead_and_the_caller_speaking_on_drops_it():
+    now = time.monotonic()
+    early = TranscriptEarly("item_1", "What time is it", now, now - 0.2)
+    down, _ = await run_stage(stage(), [early, SpeechStarted("item_1", 0, now)])
+    assert verdicts(down) == [Speculate(early), DropSpeculation()]
+    down, _ = await run_stage(stage(speculative=False, turn_detection=TurnDetection("server_vad")), [early])
+    assert verdicts(down) == []  # no reply ahead asked for, and no judge under server VAD
+
+
+async def test_a_backchannel_over_a_reply_lets_it_play_on_and_words_cancel_it():
+    now, turn = time.monotonic(), Turn("resp_1", "call-resp_1", "item_0", 0.0, 1.5)
+    paused = PlaybackPaused("item_2", turn, now)
+    down, up = await run_stage(stage(), [paused, TranscriptEarly("item_2", "mm-hm", now, now),
+                                         final("item_2", "mm-hm")])
+    assert verdicts(down) == [BargeInResolved("item_2", real=False, turn=turn)]  # no reply of its own either
+    assert up == [paused]  # the pause goes on up, to the stages before
+    words = final("item_2", "Wait, tell me about Spain instead.")
+    down, _ = await run_stage(stage(), [paused, words])
+    assert verdicts(down) == [BargeInResolved("item_2", real=True, turn=turn), TurnEnded(words, answer=True)]
