@@ -36,7 +36,7 @@ import sys; sys.exit(0) if not torch.cuda.is_available() else print(torch.cuda.g
 
 # The CUDA tests (they skip without CUDA). No conftest: it needs the test extras and the embedded models.
 echo "== CUDA tests"
-timeout 150 "$PY" -m pytest --noconftest -p no:cacheprovider -q -rs tests/scheduler/test_cuda.py \
+timeout 150 "$PY" -m pytest --noconftest -p no:cacheprovider -q -rs tests/scheduling/test_cuda.py \
     --junitxml="$OUT/cuda-tests.xml" 2>&1 | tee "$OUT/cuda-tests.txt" || status=1
 
 for shape in $SHAPES; do
