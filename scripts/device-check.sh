@@ -34,9 +34,10 @@ import sys; sys.exit(0) if not torch.cuda.is_available() else print(torch.cuda.g
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
 } > "$OUT/machine.txt" 2>&1
 
-# The CUDA tests (they skip without CUDA). No conftest: it needs the test extras and the embedded models.
+# The CUDA tests (they skip without CUDA). No conftest: it needs the test extras and the embedded models;
+# tests/ on the path for the shared kernel cases (tests/support/).
 echo "== CUDA tests"
-timeout 150 "$PY" -m pytest --noconftest -p no:cacheprovider -q -rs tests/scheduling/test_cuda.py \
+PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" timeout 150 "$PY" -m pytest --noconftest -p no:cacheprovider -q -rs tests/scheduling/test_cuda.py \
     --junitxml="$OUT/cuda-tests.xml" 2>&1 | tee "$OUT/cuda-tests.txt" || status=1
 
 for shape in $SHAPES; do

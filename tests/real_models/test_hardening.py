@@ -28,10 +28,10 @@ from voicepipe.call.pipeline import build_pipeline
 from voicepipe.cli import build_parser
 from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import TranscriptFinal
-from voicepipe.pipeline.llm_stage import LLMStage
 from voicepipe.pipeline.requests import CancelRequested
 from voicepipe.server import VoiceServer
 from voicepipe.server.settings import load_settings
+from voicepipe.turns.turn_taking import TurnTaking
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -366,10 +366,11 @@ async def test_a_cancel_in_the_same_instant_as_the_transcript(runtime, baseline)
     pipeline.start()
     try:
         now = time.monotonic()
-        llm = pipeline.queues[next(i for i, s in enumerate(pipeline.stages) if isinstance(s, LLMStage))]
-        # Both events wait in the LLM stage's inbox together, so it takes them one right after the other.
-        llm.put_nowait(TranscriptFinal("item_1", "What is the capital of France?", now, 0.1))
-        llm.put_nowait(CancelRequested())
+        turns = pipeline.queues[next(i for i, s in enumerate(pipeline.stages) if isinstance(s, TurnTaking))]
+        # Both wait in turn-taking's inbox together, so the LLM stage gets the transcript, the verdict to
+        # answer it and the cancel one right after the other.
+        turns.put_nowait(TranscriptFinal("item_1", "What is the capital of France?", now, 0.1))
+        turns.put_nowait(CancelRequested())
         end = time.monotonic() + 30
         while not any(m["type"] == "response.done" for m in sent):
             assert time.monotonic() < end, sent

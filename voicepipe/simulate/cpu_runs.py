@@ -13,7 +13,7 @@ from voicepipe.simulate.calls import CallLoad
 from voicepipe.simulate.run import Scenario
 from voicepipe.simulate.text import TextLoad
 
-MODEL, PRECISION = "smollm2-135m", "int8"  # the embedded model's shape; int8 is the CPU engine's default
+MODEL, PRECISION = "smollm2-135m", "int8"  # the embedded model's shape; the fit and its validation measure int8
 SHORT = TextLoad("all_at_once", requests=12, prompt_tokens=(32, 128), output_tokens=(8, 48), seed=11)
 
 # What the fit reads: a spread of step shapes (long and short prompts, small and large decode batches).
