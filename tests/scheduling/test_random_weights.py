@@ -82,6 +82,7 @@ def test_bench_engine_measures_each_precision_in_one_run(tmp_path):
     rows = table["by_precision"]
     assert list(rows) == ["fp32", "int8", "int4"] and table["hf_static_32_tok_s"] > 0
     assert rows["fp32"]["weight_bytes"] > rows["int8"]["weight_bytes"] > rows["int4"]["weight_bytes"]
+    assert len({row["bandwidth_gb_s"] for row in rows.values()}) == 1  # one bandwidth: the limits compare
     for row in rows.values():
         assert row["batch1_decode_tok_s"] > 0 and row["batch16_decode_tok_s"] > 0 and row["all_at_once_tok_s"] > 0
         assert row["all_at_once_vs_hf_static_32"] == row["all_at_once_tok_s"] / table["hf_static_32_tok_s"]

@@ -174,7 +174,7 @@ def compare_precisions(model, tokenizer, precisions: list[str], settings: dict, 
     (W, o4) against transformers' `generate` in static batches of 32 (`hf_static`, run here if not given)."""
     from scheduler import EngineConfig
     from scheduler.model.device import check_precision, resolve_device
-    from voicepipe.bench.engine_modes import decode_roofline, run_engine, run_hf_static
+    from voicepipe.bench.engine_modes import decode_roofline, measure_bandwidth, run_engine, run_hf_static
     from voicepipe.bench.engine_setup import items_for, release_device_memory, roofline_prompt
 
     for precision in precisions:  # all checked before anything runs
@@ -182,10 +182,13 @@ def compare_precisions(model, tokenizer, precisions: list[str], settings: dict, 
     items = items_for(load, tokenizer)
     hf = (hf_static or run_hf_static(model, tokenizer, items, batch_size=32))["throughput_tok_s"]
     rows = {}
+    device = next(model.parameters()).device  # one bandwidth for every row: the limits then compare
+    bandwidth = measure_bandwidth(device, min(sum(p.numel() * p.element_size() for p in model.parameters()), 4 << 30))
     for precision in precisions:
         release_device_memory()
         roof = decode_roofline(model, tokenizer, precision, prompt_ids=roofline_prompt(tokenizer),
-                               settings={"device": settings["device"], "kv_dtype": settings["kv_dtype"]})
+                               settings={"device": settings["device"], "kv_dtype": settings["kv_dtype"]},
+                               bandwidth=bandwidth)
         w = run_engine(model, tokenizer, items, EngineConfig(**{**settings, "policy": "o4", "precision": precision}))
         rows[precision] = {**roof, "all_at_once_tok_s": w["throughput_tok_s"],
                            "all_at_once_vs_hf_static_32": w["throughput_tok_s"] / hf}

@@ -137,16 +137,19 @@ def run_hf_static(model, tokenizer, items: list[WorkItem], batch_size: int = 32)
     return summarize(tokens, finish - start, ttfts, latencies)
 
 
-def measure_bandwidth(device: torch.device, nbytes: int) -> float:
-    """Bytes per second of an in-place multiply over a buffer of `nbytes` (one read, one write of each)."""
+def measure_bandwidth(device: torch.device, nbytes: int, rounds: int = 7) -> float:
+    """Bytes per second of an in-place multiply over a buffer of `nbytes` (one read, one write of each), the
+    best of `rounds`: a limit is what the memory can do, and one pass swung 2x with the machine's noise."""
     buffer = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     buffer.mul_(1.0001)  # warm up
-    synchronize(device)
-    t0 = time.perf_counter()
-    for _ in range(3):
+    best = 0.0
+    for _ in range(rounds):
+        synchronize(device)
+        t0 = time.perf_counter()
         buffer.mul_(1.0001)
-    synchronize(device)
-    return 3 * 2 * buffer.numel() * 4 / (time.perf_counter() - t0)
+        synchronize(device)
+        best = max(best, 2 * buffer.numel() * 4 / (time.perf_counter() - t0))
+    return best
 
 
 def synchronize(device: torch.device) -> None:
@@ -168,20 +171,21 @@ def step_weight_bytes(engine: Engine) -> int:
 
 def decode_roofline(model, tokenizer, precision: str = "fp32", tokens: int = 32,
                     prompt_ids: list[int] | None = None, settings: dict | None = None,
-                    batches: tuple[int, ...] = (1, 16)) -> dict:
+                    batches: tuple[int, ...] = (1, 16), bandwidth: float | None = None) -> dict:
     """Decode speed at each of `batches` next to the limit set by reading every weight once per step.
 
     The weights are counted as the engine holds them (`step_weight_bytes`): int8 codes read a quarter of
     float32's bytes, int4 codes with their group scales about a sixth, so the limit is that much higher. A
     step of B decodes reads the weights once for all B, so its limit is B times batch 1's (the KV cache's
     reads, small beside the weights at these lengths, are not counted). The bandwidth is measured on the
-    model's device over a buffer as large as the model (at most 4 GiB).
+    model's device over a buffer as large as the model (at most 4 GiB), unless given (`bandwidth`, bytes per
+    second: one figure for every precision of a run, so their ratios compare).
     """
     engine = Engine(model, tokenizer, EngineConfig(num_slabs=4, precision=precision, **(settings or {})))
     device = next(model.parameters()).device
     run_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     weight_bytes = step_weight_bytes(engine)
-    bandwidth = measure_bandwidth(device, min(run_bytes, 4 << 30))
+    bandwidth = bandwidth or measure_bandwidth(device, min(run_bytes, 4 << 30))
     prompt = prompt_ids if prompt_ids is not None else tokenizer.encode("Once upon a time")
     limit = bandwidth / weight_bytes
     result = {"precision": precision, "weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
