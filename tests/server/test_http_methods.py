@@ -145,7 +145,7 @@ async def test_schemathesis_with_openais_description_finds_nothing(tmp_path):
         hooks = dict(os.environ, SCHEMATHESIS_HOOKS="support.schemathesis_hooks",
                      PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
         proc = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.STDOUT, env=hooks)
+                                                    stderr=asyncio.subprocess.STDOUT, env=hooks, cwd=tmp_path)
         out, _ = await asyncio.wait_for(proc.communicate(), 600)
     assert proc.returncode == 0, "\n".join(failures(tmp_path)) or out.decode()[-6000:]
     assert b"Tested: 3" in out, out.decode()[-3000:]  # all three operations were found and run
