@@ -24,10 +24,10 @@ class Efficiency:
     """The fractions of peak real kernels reach, and the fixed cost of a step.
 
     Defaults and their ranges:
-    - mbu 0.70 (0.64-0.76): decode kernels are commonly reported at 0.64-0.72 of peak bandwidth, and
-      LMDeploy's 13B batch-1 decode reads 0.75 (26.0 GB of fp16 weights in 17 ms on 2,039 GB/s);
-    - mfu 0.68 (0.62-0.74): prefill reaches 0.65-0.70 of the tensor peak in large GEMMs (LMDeploy's 2,048-token
-      13B first token in 242 ms is 0.71 of 312 TFLOPS by this module's count, 0.77 without its decode step);
+    - mbu 0.70 (0.64-0.76): measured point, LMDeploy's 13B batch-1 decode, 0.75 (26.0 GB of fp16 weights in
+      17 ms on 2,039 GB/s); the band below it is assumed;
+    - mfu 0.68 (0.62-0.74): measured point, LMDeploy's 2,048-token 13B first token in 242 ms, 0.71 of 312
+      TFLOPS by this module's count (0.77 without its decode step); the band around it is assumed;
     - overhead 1 ms (0.5-3 ms): launch and host work a step does not hide (CUDA graphs for decode, host
       planning overlapped with the device, as the engine does on CUDA). Not measured on a GPU here.
     """
