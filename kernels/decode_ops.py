@@ -4,9 +4,13 @@ Each replaces several torch ops of a layer with one call: at batch 1 the calls, 
 most of a layer's time. `usable` says whether a model's shapes and cache can take them at all.
 """
 
+from typing import Any
+
 import torch
 
 from kernels import native
+
+DecodeLayers = Any  # `native.lib().DecodeLayers`, which exists only once the library is loaded
 
 
 def usable(kv_dtype: torch.dtype, device: torch.device, head_dim: int, n_heads: int, n_kv: int) -> bool:
@@ -36,3 +40,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up of gate_up [.., 2 I] holding gate then up."""
     return native.lib().silu_mul(gate_up)
+
+
+def decode_layers(layers: list[tuple], n_heads: int, eps: float, scale: float) -> DecodeLayers:
+    """Every decoder layer of a decode step as one C++ call (`.run`): each layer given as its two norms'
+    weights and its packed qkv, o, gate_up and down projections (`QuantizedLinear.packed`)."""
+    lib = native.lib()
+    return lib.DecodeLayers([lib.DecodeLayer(*layer) for layer in layers], n_heads, eps, scale)

@@ -72,7 +72,7 @@ __attribute__((optimize("fp-contract=off"))) void rotary_write_kv(
 namespace {
 
 // One (sequence, kv head) task of decode attention: the G query heads that share the kv head, head_dim
-// V * 16, over `len` cached positions found through the sequence's `table` of pages. The query and the
+// V * LANES, over `len` cached positions found through the sequence's `table` of pages. The query and the
 // output stay in registers; `scores` holds G rows of `len` rounded up to whole vectors.
 template <int G, int V>
 void attend(const float* q, const float* keys, const float* values, const int32_t* table, int64_t page,
@@ -163,7 +163,7 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, co
                   kv_lens.scalar_type() == at::kInt, "decode_attention: bad layout");
   const int64_t S = qkv.size(0), page = k_cache.size(1), n_kv = k_cache.size(2), D = k_cache.size(3);
   const int64_t group = n_kv > 0 && n_heads % n_kv == 0 ? n_heads / n_kv : 0;
-  const AttendFn fn = D == 64 ? attend_for<4>(group) : D == 128 ? attend_for<8>(group) : nullptr;
+  const AttendFn fn = D == 64 ? attend_for<64 / LANES>(group) : D == 128 ? attend_for<128 / LANES>(group) : nullptr;
   TORCH_CHECK(fn != nullptr, "decode_attention: head_dim 64 or 128, at most 8 query heads a kv head");
   const int64_t width = block_tables.size(1), row = qkv.stride(0);
   at::Tensor out = at::empty({S, n_heads * D}, qkv.options());
@@ -209,7 +209,7 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   at::Tensor y = at::empty({M, I}, g2.options());
   const float* gp = g2.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  TORCH_CHECK(I % LANES == 0, "silu_mul: the width must be a multiple of 16");
+  TORCH_CHECK(I % LANES == 0, "silu_mul: the width must be a multiple of the vector width");
   for (int64_t m = 0; m < M; ++m)
     for (int64_t i = 0; i < I; i += LANES) {
       const vf g = load_f(gp + m * 2 * I + i);

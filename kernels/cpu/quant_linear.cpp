@@ -2,15 +2,15 @@
 //
 // Why: a decode step at small batches reads every weight once, so its speed is set by the weights' bytes.
 // These kernels read int8 (a quarter of float32) or int4 (an eighth, with group scales) and turn them into
-// float32 in registers, inside the dot product, so the activations keep float32's precision. Weights are
-// stored in panels of PANEL output columns, k-major inside a panel: for each input index k, the panel's
-// PANEL weights sit side by side, so one load feeds PANEL / 16 vector accumulators and a panel streams
-// from memory in order. Threads (torch's own pool) split the panels.
+// numbers in registers, inside the dot product. Weights are stored in panels of PANEL output columns that
+// stream from memory in order; threads (torch's own pool) split the panels. int8 panels are k-major (for
+// each input index k, the panel's PANEL weights side by side), so one load feeds a row of accumulators.
 
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -25,154 +25,90 @@ namespace {
 
 using voicepipe::LANES;
 using voicepipe::load_f;
-using voicepipe::load_h;
 using voicepipe::store_f;
 using voicepipe::vf;
 
 constexpr int PANEL = 64;          // output columns per panel
 constexpr int NV = PANEL / LANES;  // vectors across a panel
-constexpr int MAX_ROWS = 6;        // activation rows per register tile (NV * MAX_ROWS accumulators)
+// Several rows are multiplied in tiles of TV vectors' columns by up to MAX_ROWS rows, their accumulators
+// (TV * MAX_ROWS) and a row of weights within the registers: 16 of AVX2's, 32 of AVX-512's.
+constexpr int TV = 4;
+constexpr int TILE = TV * LANES;
+constexpr int MAX_ROWS = LANES == 16 ? 6 : 3;
 // Bytes ahead of the reads that one row's loops ask the cache for: with int4's decoding, the hardware's own
 // prefetch fell behind (1 thread, the whole model's layers at batch 1: 17 -> 8.5 ms).
 constexpr int AHEAD = 2048;
 
-// 16 bytes widened to 16 int32 lanes (the compiler's generic vector conversions come out scalar, so
-// intrinsics), then to floats. A byte of int4 codes is split after widening: its low nibble is k, its high
-// nibble k + 1.
-#if defined(__AVX512F__)
-typedef __m512i wide;
-inline wide widen_s8(__m128i b) { return _mm512_cvtepi8_epi32(b); }
-inline wide widen_u8(__m128i b) { return _mm512_cvtepu8_epi32(b); }
-inline vf to_f(wide v) { return (vf)_mm512_cvtepi32_ps(v); }
-inline wide low_nibble(wide v) { return _mm512_and_si512(v, _mm512_set1_epi32(15)); }
-inline wide high_nibble(wide v) { return _mm512_srli_epi32(v, 4); }
-#else
-struct wide {
-  __m256i lo, hi;
-};
-inline wide widen_s8(__m128i b) {
-  return {_mm256_cvtepi8_epi32(b), _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b))};
-}
-inline wide widen_u8(__m128i b) {
-  return {_mm256_cvtepu8_epi32(b), _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(b, b))};
-}
-inline vf to_f(wide v) {
-  vf f;
-  const __m256 lo = _mm256_cvtepi32_ps(v.lo), hi = _mm256_cvtepi32_ps(v.hi);
-  std::memcpy(&f, &lo, sizeof lo);
-  std::memcpy(reinterpret_cast<char*>(&f) + sizeof lo, &hi, sizeof hi);
-  return f;
-}
-inline wide low_nibble(wide v) {
-  const __m256i m = _mm256_set1_epi32(15);
-  return {_mm256_and_si256(v.lo, m), _mm256_and_si256(v.hi, m)};
-}
-inline wide high_nibble(wide v) { return {_mm256_srli_epi32(v.lo, 4), _mm256_srli_epi32(v.hi, 4)}; }
-#endif
-
 inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-inline vf s8_to_f(const int8_t* p) { return to_f(widen_s8(load16(p))); }
 
-// A panel's sums into `out`: times the columns' `scale` where there is one, plus their `bias` where there is one.
-inline void finish(float* out, int64_t ldo, int rows, int cols, const vf acc[][NV], const float* scale,
-                   const float* bias) {
+// LANES int8 values widened to floats (the compiler's generic vector conversions come out scalar, so intrinsics).
+inline vf s8_to_f(const int8_t* p) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(p)));
+#else
+  return (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(
+      static_cast<const void*>(p)))));
+#endif
+}
+
+// V vectors of sums per row into `out`'s first `cols` columns: times the columns' `scale` where there is
+// one, plus their `bias` where there is one.
+template <int V>
+void finish(float* out, int64_t ldo, int rows, int cols, const vf acc[][V], const float* scale, const float* bias) {
   for (int m = 0; m < rows; ++m) {
-    float tile[PANEL];
-    for (int j = 0; j < NV; ++j) {
+    float tile[V * LANES];
+    for (int j = 0; j < V; ++j) {
       vf v = acc[m][j];
       if (scale != nullptr) v *= load_f(scale + j * LANES);
       store_f(tile + j * LANES, v);
     }
     float* row = out + m * ldo;
-    for (int c = 0; c < cols; ++c) {
-      row[c] = tile[c] + (bias != nullptr ? bias[c] : 0.f);
-    }
+    for (int c = 0; c < cols; ++c) row[c] = tile[c] + (bias != nullptr ? bias[c] : 0.f);
   }
 }
 
-// int8, one scale per output column: acc[m][j] += x[m][k] * w[k][j], then times the scale.
-template <int ROWS>
-void int8_tile(const float* x, int64_t ldx, const int8_t* w, int64_t K, vf acc[][NV]) {
-  for (int m = 0; m < ROWS; ++m)
-    for (int j = 0; j < NV; ++j) acc[m][j] = vf{};
-  if (ROWS == 1) {  // one row: a second set of accumulators hides the multiply-add latency
-    vf odd[NV] = {};
-    int64_t k = 0;
-    for (; k + 1 < K; k += 2) {
-      const vf x0 = vf{} + x[k], x1 = vf{} + x[k + 1];
-      __builtin_prefetch(w + k * PANEL + AHEAD);
-      __builtin_prefetch(w + (k + 1) * PANEL + AHEAD);
-      for (int j = 0; j < NV; ++j) {
-        acc[0][j] += x0 * s8_to_f(w + k * PANEL + j * LANES);
-        odd[j] += x1 * s8_to_f(w + (k + 1) * PANEL + j * LANES);
-      }
+// int8, one activation row across a whole panel: acc[j] += x[k] * w[k][j]. With fewer vectors than the
+// multiply-add's latency times its rate (AVX-512's 4), a second set of sums keeps enough of them in flight.
+void int8_row(const float* x, const int8_t* w, int64_t K, vf acc[NV]) {
+  constexpr int CHAINS = NV >= 8 ? 1 : 2;
+  vf part[CHAINS][NV] = {};
+  int64_t k = 0;
+  for (; k + CHAINS <= K; k += CHAINS)
+    for (int c = 0; c < CHAINS; ++c) {
+      const vf xb = vf{} + x[k + c];
+      __builtin_prefetch(w + (k + c) * PANEL + AHEAD);
+      for (int j = 0; j < NV; ++j) part[c][j] += xb * s8_to_f(w + (k + c) * PANEL + j * LANES);
     }
-    for (; k < K; ++k)
-      for (int j = 0; j < NV; ++j) acc[0][j] += (vf{} + x[k]) * s8_to_f(w + k * PANEL + j * LANES);
-    for (int j = 0; j < NV; ++j) acc[0][j] += odd[j];
-    return;
+  for (; k < K; ++k)
+    for (int j = 0; j < NV; ++j) part[0][j] += (vf{} + x[k]) * s8_to_f(w + k * PANEL + j * LANES);
+  for (int j = 0; j < NV; ++j) {
+    acc[j] = part[0][j];
+    for (int c = 1; c < CHAINS; ++c) acc[j] += part[c][j];
   }
+}
+
+// ROWS activation rows times a tile of a panel (`w` at its first column): acc[m][j] += x[m][k] * w[k][j], the
+// weights as `load` widens them to floats.
+template <int ROWS, typename T, typename Load>
+void tile_rows(const float* x, int64_t ldx, const T* w, int64_t K, vf acc[][TV], Load load) {
+  for (int m = 0; m < ROWS; ++m)
+    for (int j = 0; j < TV; ++j) acc[m][j] = vf{};
   for (int64_t k = 0; k < K; ++k) {
-    vf wv[NV];
-    for (int j = 0; j < NV; ++j) wv[j] = s8_to_f(w + k * PANEL + j * LANES);
+    vf wv[TV];
+    for (int j = 0; j < TV; ++j) wv[j] = load(w + k * PANEL + j * LANES);
     for (int m = 0; m < ROWS; ++m) {
       const vf xb = vf{} + x[m * ldx + k];
-      for (int j = 0; j < NV; ++j) acc[m][j] += xb * wv[j];
+      for (int j = 0; j < TV; ++j) acc[m][j] += xb * wv[j];
     }
   }
 }
 
-// int4 in groups along k, each group with its own scale and minimum per column (w = q * scale + min). Two
-// codes share a byte: k even in the low nibble, k + 1 in the high one.
-//
-// One activation row: the codes are summed against x within a group, which then adds sum * scale plus
-// (the group's sum of x, `xsum`) * min, so that a weight costs no multiply of its own.
-void int4_row(const float* x, const float* xsum, const uint8_t* w, const uint16_t* scales, const uint16_t* mins,
-              int64_t K, int64_t group, vf acc[NV]) {
-  for (int j = 0; j < NV; ++j) acc[j] = vf{};
-  for (int64_t g = 0; g < K / group; ++g) {
-    vf even[NV] = {}, odd[NV] = {};  // k and k + 1 apart: twice the chains in flight
-    for (int64_t k = g * group; k < (g + 1) * group; k += 2) {
-      const vf x0 = vf{} + x[k], x1 = vf{} + x[k + 1];
-      __builtin_prefetch(w + (k / 2) * PANEL + AHEAD);
-      for (int j = 0; j < NV; ++j) {
-        const wide b = widen_u8(load16(w + (k / 2) * PANEL + j * LANES));
-        even[j] += x0 * to_f(low_nibble(b));
-        odd[j] += x1 * to_f(high_nibble(b));
-      }
-    }
-    const vf xs = vf{} + xsum[g];
-    for (int j = 0; j < NV; ++j)
-      acc[j] += (even[j] + odd[j]) * load_h(scales + g * PANEL + j * LANES) + xs * load_h(mins + g * PANEL + j * LANES);
-  }
-}
-
-// Several rows: the panel's weights are decoded to float32 once, into `out` [K][PANEL], for all of them.
-void int4_decode_panel(const uint8_t* w, const uint16_t* scales, const uint16_t* mins, int64_t K, int64_t group,
-                       float* out) {
-  for (int64_t k = 0; k < K; k += 2) {
-    const int64_t g = k / group;
-    __builtin_prefetch(w + (k / 2) * PANEL + AHEAD);
-    for (int j = 0; j < NV; ++j) {
-      const wide b = widen_u8(load16(w + (k / 2) * PANEL + j * LANES));
-      const vf s = load_h(scales + g * PANEL + j * LANES), mn = load_h(mins + g * PANEL + j * LANES);
-      store_f(out + k * PANEL + j * LANES, to_f(low_nibble(b)) * s + mn);
-      store_f(out + (k + 1) * PANEL + j * LANES, to_f(high_nibble(b)) * s + mn);
-    }
-  }
-}
-
-template <int ROWS>
-void float_tile(const float* x, int64_t ldx, const float* w, int64_t K, vf acc[][NV]) {
-  for (int m = 0; m < ROWS; ++m)
-    for (int j = 0; j < NV; ++j) acc[m][j] = vf{};
-  for (int64_t k = 0; k < K; ++k) {
-    vf wv[NV];
-    for (int j = 0; j < NV; ++j) wv[j] = load_f(w + k * PANEL + j * LANES);
-    for (int m = 0; m < ROWS; ++m) {
-      const vf xb = vf{} + x[m * ldx + k];
-      for (int j = 0; j < NV; ++j) acc[m][j] += xb * wv[j];
-    }
+// Rows [0, M) in tiles of MAX_ROWS, then one tile of the rest: `tile(first_row, rows)` with rows a constant.
+template <int R = MAX_ROWS - 1, typename Tile>
+void rest_of_rows(int64_t left, int64_t m, Tile tile) {
+  if constexpr (R > 0) {
+    if (left == R) tile(m, std::integral_constant<int, R>{});
+    else rest_of_rows<R - 1>(left, m, tile);
   }
 }
 
@@ -180,13 +116,123 @@ template <typename Tile>
 void over_rows(int64_t M, Tile tile) {
   int64_t m = 0;
   for (; m + MAX_ROWS <= M; m += MAX_ROWS) tile(m, std::integral_constant<int, MAX_ROWS>{});
-  switch (M - m) {
-    case 5: tile(m, std::integral_constant<int, 5>{}); break;
-    case 4: tile(m, std::integral_constant<int, 4>{}); break;
-    case 3: tile(m, std::integral_constant<int, 3>{}); break;
-    case 2: tile(m, std::integral_constant<int, 2>{}); break;
-    case 1: tile(m, std::integral_constant<int, 1>{}); break;
-    default: break;
+  rest_of_rows(M - m, m, tile);
+}
+
+// M rows times a panel's `cols` columns, tile by tile: y = x * w (times `scale`, plus `bias`, where given).
+template <typename T, typename Load>
+void panel_rows(const float* x, int64_t M, int64_t K, const T* w, int cols, const float* scale, const float* bias,
+                float* y, int64_t ldy, Load load) {
+  for (int c0 = 0; c0 < cols; c0 += TILE) {
+    over_rows(M, [&](int64_t m, auto rows) {
+      constexpr int R = decltype(rows)::value;
+      vf acc[R][TV];
+      tile_rows<R>(x + m * K, K, w + c0, K, acc, load);
+      finish<TV>(y + m * ldy + c0, ldy, R, std::min(TILE, cols - c0), acc, scale != nullptr ? scale + c0 : nullptr,
+                 bias != nullptr ? bias + c0 : nullptr);
+    });
+  }
+}
+
+// int4 in groups along k, each group with its own scale and minimum per column (w = q * scale + min). In a
+// panel, the codes of each run of 8 k's (an octet) fill 256 bytes: 8 blocks of 8 columns, 4 bytes a column,
+// byte i holding k + i in its low nibble and k + 4 + i in its high one. Four codes of a column then sit in
+// one 32-bit lane, the shape of an integer dot product against 4 int8 activations.
+constexpr int OCTET = 8;
+constexpr int BLOCKS = PANEL / 8;  // 8-column blocks in a panel
+// Activations are quantized in runs of RUN k's, each with its own scale; an int16 sum takes up to 4 octets
+// (at most 4 * 2 * 2 * 15 * 127 = 30480) before it could overflow.
+constexpr int RUN = 16;
+static_assert(RUN % OCTET == 0 && RUN / OCTET <= 4);
+
+inline __m256i low4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(15)); }
+inline __m256i high4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15)); }
+inline __m256 half8(const uint16_t* p) { return _mm256_cvtph_ps(load16(p)); }
+
+// One activation row, its values quantized to int8 in runs of RUN k's (`xq`, with `xscale` per run): integer
+// dot products of codes and activations (maddubs: 32 byte products in an instruction, where widening codes
+// to float32 took four), then per group sum * scale * xscale plus (the group's float sum of x, `xsum`) * min.
+void int4_row(const int8_t* xq, const float* xscale, const float* xsum, const uint8_t* w, const uint16_t* scales,
+              const uint16_t* mins, int64_t K, int64_t group, float* out) {
+  __m256 acc[BLOCKS];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < K / group; ++g) {
+    __m256 sums[BLOCKS];  // the group's dot products, in units of the activations' scale
+    for (auto& s : sums) s = _mm256_setzero_ps();
+    for (int64_t run = g * group; run < (g + 1) * group; run += RUN) {
+      __m256i s16[BLOCKS];
+      for (auto& s : s16) s = _mm256_setzero_si256();
+      for (int64_t k = run; k < run + RUN; k += OCTET) {
+        int32_t lo4, hi4;
+        std::memcpy(&lo4, xq + k, 4);
+        std::memcpy(&hi4, xq + k + 4, 4);
+        const __m256i xlo = _mm256_set1_epi32(lo4), xhi = _mm256_set1_epi32(hi4);
+        const uint8_t* octet = w + (k / 2) * PANEL;
+        for (int line = 0; line < 4; ++line) __builtin_prefetch(octet + AHEAD + line * 64);
+        for (int b = 0; b < BLOCKS; ++b) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(octet + b * 32));
+          s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(low4(v), xlo),
+                                                             _mm256_maddubs_epi16(high4(v), xhi)));
+        }
+      }
+      const __m256 xs = _mm256_set1_ps(xscale[run / RUN]);
+      for (int b = 0; b < BLOCKS; ++b)
+        sums[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[b], ones)), xs, sums[b]);
+    }
+    const __m256 xs = _mm256_set1_ps(xsum[g]);
+    for (int b = 0; b < BLOCKS; ++b) {
+      const int64_t at = g * PANEL + b * 8;
+      acc[b] = _mm256_fmadd_ps(sums[b], half8(scales + at), _mm256_fmadd_ps(xs, half8(mins + at), acc[b]));
+    }
+  }
+  for (int b = 0; b < BLOCKS; ++b) _mm256_storeu_ps(out + b * 8, acc[b]);
+}
+
+// Several rows: the panel's weights are decoded to float32 once, into `out` [K][PANEL], for all of them. A
+// block's 32 bytes are column-major (4 k's a column); a shuffle and a permute make them k-major.
+void int4_decode_panel(const uint8_t* w, const uint16_t* scales, const uint16_t* mins, int64_t K, int64_t group,
+                       float* out) {
+  // in each 128-bit half, byte 4c + i -> 4i + c; then the halves' dwords interleave: 8 bytes per k, in column order
+  const __m256i to_k_major = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                              0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256i halves = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t k = 0; k < K; k += OCTET) {
+    const uint8_t* octet = w + (k / 2) * PANEL;
+    __builtin_prefetch(octet + AHEAD);
+    __builtin_prefetch(octet + AHEAD + 128);
+    const int64_t g = k / group;
+    for (int b = 0; b < BLOCKS; ++b) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(octet + b * 32));
+      const __m256 s = half8(scales + g * PANEL + b * 8), mn = half8(mins + g * PANEL + b * 8);
+      for (int part = 0; part < 2; ++part) {  // low nibbles: k .. k + 3; high ones: k + 4 .. k + 7
+        const __m256i codes = _mm256_permutevar8x32_epi32(
+            _mm256_shuffle_epi8(part == 0 ? low4(v) : high4(v), to_k_major), halves);
+        const __m128i lo = _mm256_castsi256_si128(codes), hi = _mm256_extracti128_si256(codes, 1);
+        const __m128i rows[4] = {lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)};
+        for (int i = 0; i < 4; ++i) {
+          const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rows[i]));
+          _mm256_storeu_ps(out + (k + part * 4 + i) * PANEL + b * 8, _mm256_fmadd_ps(f, s, mn));
+        }
+      }
+    }
+  }
+}
+
+// x quantized to int8 in runs of RUN (round to nearest, scale = the run's largest magnitude / 127), and each
+// group's float sum: what `int4_row` reads.
+void quantize_row(const float* x, int64_t K, int64_t group, int8_t* xq, float* xscale, float* xsum) {
+  for (int64_t run = 0; run < K; run += RUN) {
+    float top = 0.f;
+    for (int64_t k = run; k < run + RUN; ++k) top = std::max(top, std::abs(x[k]));
+    const float scale = top / 127.f, inverse = top > 0.f ? 127.f / top : 0.f;
+    xscale[run / RUN] = scale;
+    for (int64_t k = run; k < run + RUN; ++k) xq[k] = static_cast<int8_t>(std::nearbyint(x[k] * inverse));
+  }
+  for (int64_t g = 0; g < K / group; ++g) {
+    float s = 0.f;
+    for (int64_t k = g * group; k < (g + 1) * group; ++k) s += x[k];
+    xsum[g] = s;
   }
 }
 
@@ -223,12 +269,14 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     for (int64_t p = begin; p < end; ++p) {
       const int cols = static_cast<int>(std::min<int64_t>(PANEL, N - p * PANEL));
       const float* bias = bp != nullptr ? bp + p * PANEL : nullptr;
-      over_rows(M, [&](int64_t m, auto rows) {
-        constexpr int R = decltype(rows)::value;
-        vf acc[R][NV];
-        int8_tile<R>(xp + m * K, K, wp + p * K * PANEL, K, acc);
-        finish(yp + m * N + p * PANEL, N, R, cols, acc, sp + p * PANEL, bias);
-      });
+      const int8_t* wpan = wp + p * K * PANEL;
+      if (M == 1) {
+        vf acc[1][NV];
+        int8_row(xp, wpan, K, acc[0]);
+        finish<NV>(yp + p * PANEL, N, 1, cols, acc, sp + p * PANEL, bias);
+        continue;
+      }
+      panel_rows(xp, M, K, wpan, cols, sp + p * PANEL, bias, yp + p * PANEL, N, s8_to_f);
     }
   });
   return shaped(x, y, N);
@@ -241,13 +289,14 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const int64_t K = w.size(1) * 2, panels = w.size(0), groups = K / group;
   check_input(x, K);
   TORCH_CHECK(w.scalar_type() == at::kByte && w.size(2) == PANEL && panels * PANEL >= N, "bad int4 panels");
-  TORCH_CHECK(group % 2 == 0 && K % group == 0 && scales.size(1) == groups, "bad int4 groups");
+  TORCH_CHECK(group % 32 == 0 && K % group == 0 && scales.size(1) == groups, "bad int4 groups");
   const at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
-  const at::Tensor xsum = M == 1 ? x2.view({groups, group}).sum(-1) : at::Tensor();
+  std::vector<int8_t> xq(M == 1 ? K : 0);
+  std::vector<float> xscale(M == 1 ? K / RUN : 0), xsum(M == 1 ? groups : 0);
   at::Tensor y = at::empty({M, N}, x2.options());
   const float* xp = x2.data_ptr<float>();
-  const float* xs = M == 1 ? xsum.data_ptr<float>() : nullptr;
+  if (M == 1) quantize_row(xp, K, group, xq.data(), xscale.data(), xsum.data());
   const uint8_t* wp = w.data_ptr<uint8_t>();
   TORCH_CHECK(scales.scalar_type() == at::kHalf && mins.scalar_type() == at::kHalf, "int4 scales are float16");
   const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
@@ -262,18 +311,13 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
       const uint8_t* wpan = wp + p * (K / 2) * PANEL;
       const uint16_t *span = sp + p * groups * PANEL, *mpan = mp + p * groups * PANEL;
       if (M == 1) {
-        vf acc[1][NV];
-        int4_row(xp, xs, wpan, span, mpan, K, group, acc[0]);
-        finish(yp + p * PANEL, N, 1, cols, acc, nullptr, bias);
+        float row[PANEL];
+        int4_row(xq.data(), xscale.data(), xsum.data(), wpan, span, mpan, K, group, row);
+        for (int c = 0; c < cols; ++c) yp[p * PANEL + c] = row[c] + (bias != nullptr ? bias[c] : 0.f);
         continue;
       }
       int4_decode_panel(wpan, span, mpan, K, group, decoded.data());
-      over_rows(M, [&](int64_t m, auto rows) {
-        constexpr int R = decltype(rows)::value;
-        vf acc[R][NV];
-        float_tile<R>(xp + m * K, K, decoded.data(), K, acc);
-        finish(yp + m * N + p * PANEL, N, R, cols, acc, nullptr, bias);
-      });
+      panel_rows(xp, M, K, decoded.data(), cols, nullptr, bias, yp + p * PANEL, N, load_f);
     }
   });
   return shaped(x, y, N);

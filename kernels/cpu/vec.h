@@ -1,5 +1,6 @@
-// 16-lane float vectors (GCC's vector extensions: AVX-512 registers where the CPU has them, two AVX2 ones
-// where not) and the few operations on them that the kernels share.
+// Float vectors as wide as the CPU's registers (GCC's vector extensions: 16 lanes in an AVX-512 register, 8 in
+// an AVX2 one) and the few operations on them that the kernels share. Why not 16 lanes everywhere: on AVX2
+// the compiler splits such vectors into pairs and spills them, and the kernels ran 10x slower.
 #pragma once
 
 #include <immintrin.h>
@@ -9,9 +10,13 @@
 
 namespace voicepipe {
 
+#if defined(__AVX512F__)
 constexpr int LANES = 16;
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
+#else
+constexpr int LANES = 8;
+#endif
+typedef float vf __attribute__((vector_size(LANES * 4)));
+typedef int32_t vi __attribute__((vector_size(LANES * 4)));
 
 inline vf load_f(const float* p) {
   vf v;
@@ -26,24 +31,14 @@ typedef float vf4 __attribute__((vector_size(16)));
 
 // The sum of the lanes, halving the vector each time (a sum in lane order would chain 15 additions).
 inline float sum_lanes(vf v) {
+#if defined(__AVX512F__)
   const vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+  const vf8 a = v;
+#endif
   const vf4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
   return (b[0] + b[2]) + (b[1] + b[3]);
-}
-
-// 16 float16 values widened to float32 (F16C, or AVX-512's form of it).
-inline vf load_h(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-#if defined(__AVX512F__)
-  return (vf)_mm512_cvtph_ps(h);
-#else
-  vf v;
-  const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-  std::memcpy(&v, &lo, sizeof lo);
-  std::memcpy(reinterpret_cast<char*>(&v) + sizeof lo, &hi, sizeof hi);
-  return v;
-#endif
 }
 
 // e^x to about 2 ulp (Cephes' single-precision polynomial after reducing x by multiples of ln 2); inputs

@@ -177,23 +177,42 @@ class LeanLlama(nn.Module):
         self.embed, self.rotary, self.norm, self.lm_head = embed, rotary, norm, lm_head
         self.layers = nn.ModuleList(layers)
         self.native = False
+        self.one_call: decode_ops.DecodeLayers | None = None
 
     def use_native_ops(self, elementwise: bool) -> None:
         """Rotate, store and attend decodes with `kernels.decode_ops` (rotations and stores equal torch's to
         the bit); with `elementwise` also the norms and silu * up, which round differently from torch's
-        (where the weights are quantized anyway, no bit of float32's is there to keep)."""
+        (where the weights are quantized anyway, no bit of float32's is there to keep), and, where every
+        projection runs in the C++ kernels, a decode step's layers in one call (the same ops, run from C++)."""
         self.native = True
         for module in self.modules():
             if isinstance(module, RMSNorm | MLP):
                 module.native = elementwise
+        self.one_call = self._one_call_layers() if elementwise else None
+
+    def _one_call_layers(self) -> "decode_ops.DecodeLayers | None":
+        norms = [n for b in self.layers for n in (b.attn_norm, b.mlp_norm)]
+        packed = [[getattr(p, "packed", lambda: None)() for p in (b.attn.qkv, b.attn.o, b.mlp.gate_up, b.mlp.down)]
+                  for b in self.layers]
+        if any(p is None for ps in packed for p in ps) or len({n.eps for n in norms}) != 1:
+            return None
+        first = self.layers[0].attn
+        return decode_ops.decode_layers([(b.attn_norm.weight, b.mlp_norm.weight, *ps)
+                                         for b, ps in zip(self.layers, packed, strict=True)],
+                                        first.n_heads, norms[0].eps, first.scale)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, step: PagedStep,
                 sample_rows: torch.Tensor) -> torch.Tensor:
         """Logits [len(sample_rows), vocab] of the tokens at `sample_rows` of the packed row `ids` [T]."""
         x = self.embed(ids)
         rotation = self.rotary(positions, step.max_kv_len, whole=self.native)
-        for layer, kv in zip(self.layers, step.caches, strict=True):
-            x = layer.forward(x, rotation, step, kv)
+        if step.decode and self.one_call is not None:
+            x = self.one_call.run(x, rotation.cos, rotation.sin, rotation.positions, step.slots,
+                                  [kv.k for kv in step.caches], [kv.v for kv in step.caches], step.block_tables,
+                                  step.kv_lens)
+        else:
+            for layer, kv in zip(self.layers, step.caches, strict=True):
+                x = layer.forward(x, rotation, step, kv)
         return self.lm_head(self.norm(x[sample_rows]))
 
 

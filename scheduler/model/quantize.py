@@ -47,6 +47,13 @@ class QuantizedLinear(nn.Module):
         for name, tensor in tensors:
             self.register_buffer(name, tensor)
 
+    def packed(self):
+        """The C++ kernels' own handle on these weights (`native.lib().PackedLinear`, which the one-call
+        decode layers run), or None under the float32 fallback."""
+        if not self.fast:
+            return None
+        return native.lib().PackedLinear(*self.packed_weights(), self.bias, self.group, self.out_features)
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"kernel={'C++' if self.fast else 'float32 fallback'}")
@@ -64,6 +71,11 @@ class Int8Linear(QuantizedLinear):
             self.keep(zip(("panels", "scale"), packing.pack_int8(codes, scale), strict=True))
         else:
             self.keep([("weight", codes * scale[:, None])])
+
+    group = 0  # no groups: the kernels' mark of int8
+
+    def packed_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.panels, self.scale, self.scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fast:
@@ -92,6 +104,9 @@ class Int4Linear(QuantizedLinear):
                           strict=True))
         else:
             self.keep([("weight", (codes * scales[..., None] + low[..., None]).flatten(1))])
+
+    def packed_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.panels, self.scales, self.mins
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fast:

@@ -1,6 +1,8 @@
 """The C++ decode-step ops against the torch ops they replace, and the engine's decode path through them
 against the packed path: the same greedy tokens in float32, and the packed path where the ops are missing."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -118,3 +120,22 @@ def test_the_decode_path_gives_the_packed_paths_tokens_on_the_embedded_model(llm
     assert native.runner.native
     packed = _packed(Engine(model, tokenizer, EngineConfig(precision="fp32")))
     assert _greedy(native, prompts, 32) == _greedy(packed, prompts, 32)
+
+
+@pytest.mark.parametrize("precision", ["int4", "int8"])
+def test_the_one_call_layers_give_the_layer_by_layer_tokens(small_llm, precision):
+    """Under quantized weights a decode step's layers run in one C++ call: the same ops in the same order
+    as the layer-by-layer path, so the same tokens; float32's layers have no packed weights and never do."""
+    model, tokenizer = small_llm
+    prompts = [[(5 * i + 2 * j) % 500 + 3 for j in range(n)] for i, n in enumerate((4, 21, 9))]
+    one_call = Engine(model, tokenizer, EngineConfig(precision=precision))
+    assert one_call.runner.lean.one_call is not None
+    calls = []
+    run = one_call.runner.lean.one_call.run
+    one_call.runner.lean.one_call = SimpleNamespace(run=lambda *args: (calls.append(1), run(*args))[1])
+    got = _greedy(one_call, prompts)
+    assert len(calls) > 20
+    by_layer = Engine(model, tokenizer, EngineConfig(precision=precision))
+    by_layer.runner.lean.one_call = None
+    assert got == _greedy(by_layer, prompts)
+    assert Engine(model, tokenizer, EngineConfig(precision="fp32")).runner.lean.one_call is None
