@@ -87,15 +87,14 @@ void int8_row(const float* x, const int8_t* w, int64_t K, vf acc[NV]) {
   }
 }
 
-// ROWS activation rows times a tile of a panel (`w` at its first column): acc[m][j] += x[m][k] * w[k][j], the
-// weights as `load` widens them to floats.
-template <int ROWS, typename T, typename Load>
-void tile_rows(const float* x, int64_t ldx, const T* w, int64_t K, vf acc[][TV], Load load) {
+// int8, ROWS activation rows times a tile of a panel (`w` at its first column): acc[m][j] += x[m][k] * w[k][j].
+template <int ROWS>
+void int8_tile(const float* x, int64_t ldx, const int8_t* w, int64_t K, vf acc[][TV]) {
   for (int m = 0; m < ROWS; ++m)
     for (int j = 0; j < TV; ++j) acc[m][j] = vf{};
   for (int64_t k = 0; k < K; ++k) {
     vf wv[TV];
-    for (int j = 0; j < TV; ++j) wv[j] = load(w + k * PANEL + j * LANES);
+    for (int j = 0; j < TV; ++j) wv[j] = s8_to_f(w + k * PANEL + j * LANES);
     for (int m = 0; m < ROWS; ++m) {
       const vf xb = vf{} + x[m * ldx + k];
       for (int j = 0; j < TV; ++j) acc[m][j] += xb * wv[j];
@@ -119,16 +118,15 @@ void over_rows(int64_t M, Tile tile) {
   rest_of_rows(M - m, m, tile);
 }
 
-// M rows times a panel's `cols` columns, tile by tile: y = x * w (times `scale`, plus `bias`, where given).
-template <typename T, typename Load>
-void panel_rows(const float* x, int64_t M, int64_t K, const T* w, int cols, const float* scale, const float* bias,
-                float* y, int64_t ldy, Load load) {
+// int8, M rows times a panel's `cols` columns, tile by tile: y = x * w * scale (plus `bias`, where given).
+void int8_rows(const float* x, int64_t M, int64_t K, const int8_t* w, int cols, const float* scale, const float* bias,
+               float* y, int64_t ldy) {
   for (int c0 = 0; c0 < cols; c0 += TILE) {
     over_rows(M, [&](int64_t m, auto rows) {
       constexpr int R = decltype(rows)::value;
       vf acc[R][TV];
-      tile_rows<R>(x + m * K, K, w + c0, K, acc, load);
-      finish<TV>(y + m * ldy + c0, ldy, R, std::min(TILE, cols - c0), acc, scale != nullptr ? scale + c0 : nullptr,
+      int8_tile<R>(x + m * K, K, w + c0, K, acc);
+      finish<TV>(y + m * ldy + c0, ldy, R, std::min(TILE, cols - c0), acc, scale + c0,
                  bias != nullptr ? bias + c0 : nullptr);
     });
   }
@@ -189,36 +187,6 @@ void int4_row(const int8_t* xq, const float* xscale, const float* xsum, const ui
   for (int b = 0; b < BLOCKS; ++b) _mm256_storeu_ps(out + b * 8, acc[b]);
 }
 
-// Several rows: the panel's weights are decoded to float32 once, into `out` [K][PANEL], for all of them. A
-// block's 32 bytes are column-major (4 k's a column); a shuffle and a permute make them k-major.
-void int4_decode_panel(const uint8_t* w, const uint16_t* scales, const uint16_t* mins, int64_t K, int64_t group,
-                       float* out) {
-  // in each 128-bit half, byte 4c + i -> 4i + c; then the halves' dwords interleave: 8 bytes per k, in column order
-  const __m256i to_k_major = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
-                                              0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m256i halves = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int64_t k = 0; k < K; k += OCTET) {
-    const uint8_t* octet = w + (k / 2) * PANEL;
-    __builtin_prefetch(octet + AHEAD);
-    __builtin_prefetch(octet + AHEAD + 128);
-    const int64_t g = k / group;
-    for (int b = 0; b < BLOCKS; ++b) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(octet + b * 32));
-      const __m256 s = half8(scales + g * PANEL + b * 8), mn = half8(mins + g * PANEL + b * 8);
-      for (int part = 0; part < 2; ++part) {  // low nibbles: k .. k + 3; high ones: k + 4 .. k + 7
-        const __m256i codes = _mm256_permutevar8x32_epi32(
-            _mm256_shuffle_epi8(part == 0 ? low4(v) : high4(v), to_k_major), halves);
-        const __m128i lo = _mm256_castsi256_si128(codes), hi = _mm256_extracti128_si256(codes, 1);
-        const __m128i rows[4] = {lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)};
-        for (int i = 0; i < 4; ++i) {
-          const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rows[i]));
-          _mm256_storeu_ps(out + (k + part * 4 + i) * PANEL + b * 8, _mm256_fmadd_ps(f, s, mn));
-        }
-      }
-    }
-  }
-}
-
 // x quantized to int8 in runs of RUN (round to nearest, scale = the run's largest magnitude / 127), and each
 // group's float sum: what `int4_row` reads.
 void quantize_row(const float* x, int64_t K, int64_t group, int8_t* xq, float* xscale, float* xsum) {
@@ -276,7 +244,7 @@ at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
         finish<NV>(yp + p * PANEL, N, 1, cols, acc, sp + p * PANEL, bias);
         continue;
       }
-      panel_rows(xp, M, K, wpan, cols, sp + p * PANEL, bias, yp + p * PANEL, N, s8_to_f);
+      int8_rows(xp, M, K, wpan, cols, sp + p * PANEL, bias, yp + p * PANEL, N);
     }
   });
   return shaped(x, y, N);
@@ -292,32 +260,33 @@ at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   TORCH_CHECK(group % 32 == 0 && K % group == 0 && scales.size(1) == groups, "bad int4 groups");
   const at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
-  std::vector<int8_t> xq(M == 1 ? K : 0);
-  std::vector<float> xscale(M == 1 ? K / RUN : 0), xsum(M == 1 ? groups : 0);
+  std::vector<int8_t> xq(M * K);
+  std::vector<float> xscale(M * (K / RUN)), xsum(M * groups);
   at::Tensor y = at::empty({M, N}, x2.options());
   const float* xp = x2.data_ptr<float>();
-  if (M == 1) quantize_row(xp, K, group, xq.data(), xscale.data(), xsum.data());
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m)
+      quantize_row(xp + m * K, K, group, xq.data() + m * K, xscale.data() + m * (K / RUN), xsum.data() + m * groups);
+  });
   const uint8_t* wp = w.data_ptr<uint8_t>();
   TORCH_CHECK(scales.scalar_type() == at::kHalf && mins.scalar_type() == at::kHalf, "int4 scales are float16");
   const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
   const auto* mp = reinterpret_cast<const uint16_t*>(mins.data_ptr<at::Half>());
   const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
+  // Each panel is read from memory once and then stays in the cache for the rest of the rows.
   at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> decoded(M > 1 ? K * PANEL : 0);
     for (int64_t p = begin; p < end; ++p) {
       const int cols = static_cast<int>(std::min<int64_t>(PANEL, N - p * PANEL));
       const float* bias = bp != nullptr ? bp + p * PANEL : nullptr;
       const uint8_t* wpan = wp + p * (K / 2) * PANEL;
       const uint16_t *span = sp + p * groups * PANEL, *mpan = mp + p * groups * PANEL;
-      if (M == 1) {
+      for (int64_t m = 0; m < M; ++m) {
         float row[PANEL];
-        int4_row(xq.data(), xscale.data(), xsum.data(), wpan, span, mpan, K, group, row);
-        for (int c = 0; c < cols; ++c) yp[p * PANEL + c] = row[c] + (bias != nullptr ? bias[c] : 0.f);
-        continue;
+        int4_row(xq.data() + m * K, xscale.data() + m * (K / RUN), xsum.data() + m * groups, wpan, span, mpan, K,
+                 group, row);
+        for (int c = 0; c < cols; ++c) yp[m * N + p * PANEL + c] = row[c] + (bias != nullptr ? bias[c] : 0.f);
       }
-      int4_decode_panel(wpan, span, mpan, K, group, decoded.data());
-      panel_rows(xp, M, K, decoded.data(), cols, nullptr, bias, yp + p * PANEL, N, load_f);
     }
   });
   return shaped(x, y, N);

@@ -1,7 +1,7 @@
 """Quantized linear layers: int8 and int4 close to float32 on every token, the C++ kernels computing exactly
 the products of their codes (and a float32 fallback where they are missing), embeddings untouched, and the
-real model's perplexity on a public-domain text within its bound of float32 (int8: 2%, int4: 0.5%, and 1.5%
-token by token, where int4's batch-of-one kernel quantizes the activations)."""
+real model's perplexity on a public-domain text within its bound of float32 (int8: 2%; int4, whose kernel
+also quantizes the activations: 1.5%)."""
 
 import copy
 import math
@@ -16,7 +16,8 @@ from kernels import native
 from scheduler.model.quantize import Int4Linear, Int8Linear, quantize_linears
 
 TEXT = Path(__file__).parents[1] / "data" / "public_domain.txt"
-# Relative error on random weights: int8 per channel about 0.4%, int4 in groups of 32 about 6%.
+# Relative error on random weights: int8 per channel about 0.4%, int4 in groups of 32 about 6% (and its int8
+# activations about 1.5% more).
 TOLERANCE = {Int8Linear: 0.01, Int4Linear: 0.08}
 
 
@@ -198,30 +199,9 @@ def perplexities(llm) -> tuple[torch.Tensor, float]:
     return ids, _perplexity(model, ids)
 
 
-@pytest.mark.parametrize(("precision", "bound"), [("int8", 1.02), ("int4", 1.005)])
+@pytest.mark.parametrize(("precision", "bound"), [("int8", 1.02), ("int4", 1.015)])
 def test_perplexity_stays_within_its_bound_of_fp32(llm, perplexities, precision, bound):
     ids, fp32 = perplexities
     got = _perplexity(quantize_linears(copy.deepcopy(llm[0]), precision), ids)
     assert got < fp32 * bound, f"{precision} perplexity {got:.3f} vs fp32 {fp32:.3f}"
 
-
-def _perplexity_token_by_token(model: nn.Module, ids: torch.Tensor) -> float:
-    """Perplexity with each token run alone over the cache of those before it: the batch-of-one shape of a
-    decode step, where int4's kernel quantizes the activations."""
-    nll, past = 0.0, None
-    with torch.inference_mode():
-        for i in range(len(ids) - 1):
-            out = model(input_ids=ids[None, i:i + 1], past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            nll += nn.functional.cross_entropy(out.logits[0].float(), ids[i + 1:i + 2], reduction="sum").item()
-    return math.exp(nll / (len(ids) - 1))
-
-
-@pytest.mark.slow
-def test_int4_perplexity_token_by_token_stays_within_one_and_a_half_percent_of_fp32(llm, perplexities):
-    """The decode path's own quality: int4 weights with int8 activations in runs of 16 (measured +1.1% over
-    these 512 tokens, against -0.2% for the same window's float32 activations)."""
-    ids = perplexities[0][:512]
-    fp32 = _perplexity(llm[0], ids)
-    got = _perplexity_token_by_token(quantize_linears(copy.deepcopy(llm[0]), "int4"), ids)
-    assert got < fp32 * 1.015, f"int4 token by token {got:.3f} vs fp32 {fp32:.3f}"
