@@ -1,17 +1,19 @@
-"""Weight-only quantized linear layers: int8 with a scale per output channel, or int4 in groups of 32 inputs
-with a scale and a minimum each; activations stay float32.
+"""Quantized linear layers: int8 weights with a scale per output channel (float32 activations), or int4
+weights in groups of 32 inputs with a scale and a minimum each (activations quantized to int8 in runs of 16).
 
 Decode at small batches is bound by reading the weights, so fewer bytes per weight make every step cheaper:
 int8 reads a quarter of float32's bytes, int4 (with its group scales) about a sixth. The products run in the
-C++ kernels of `kernels.packing`, which widen the codes to float32 inside the dot product: activations are
-never rounded, which is where earlier int8 paths lost their quality (per-tensor int8 activations tripled
-SmolLM2-135M's perplexity). Where those kernels were not built, each layer keeps its dequantized weights
-as a float32 matrix instead: the same numbers at float32's speed.
+C++ kernels of `kernels.packing`. int8 widens its codes to float32 inside the dot product, so its activations
+are never rounded. int4 multiplies its 4-bit codes by int8 activations as integer dot products (32 byte
+products an instruction), each run of 16 activations with its own scale, so that an outlier rounds only its
+own run: per-tensor int8 activations had tripled SmolLM2-135M's perplexity, these cost int4 0.8% of it.
+Where the kernels were not built, each layer keeps its dequantized weights as a float32 matrix instead: the
+same weights, activations unrounded, at float32's speed.
 
 int4's groups follow the default model's own GGUF file (Q4_1: 32 weights, a scale and a minimum): its
 decoder layers come back exactly. Its output head was stored with 8 bits (Q8_0), and int4 there cost 8%
-perplexity, so under int4 the head is int8; measured on the public-domain text, int4 so made is within
-0.1% of float32's perplexity, int8 0.6% above it (docs/decode.md).
+perplexity, so under int4 the head is int8; measured on the public-domain text, int4 so made is 0.8% above
+float32's perplexity, int8 0.6% (docs/decode.md).
 
 The replacement works on any module tree (transformers' models and our own) and never touches an
 embedding, so a tied output head is quantized as a copy while the input embedding stays float32.

@@ -1,5 +1,6 @@
 """The C++ decode-step ops against the torch ops they replace, and the engine's decode path through them
-against the packed path: the same greedy tokens in float32, and the packed path where the ops are missing."""
+against the packed path: the same greedy tokens in float32, the packed path where the ops are missing, and
+under quantized weights the one-call layers giving the layer-by-layer path's tokens."""
 
 from types import SimpleNamespace
 
