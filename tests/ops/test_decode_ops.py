@@ -140,3 +140,12 @@ def test_the_one_call_layers_give_the_layer_by_layer_tokens(small_llm, precision
     by_layer.runner.lean.one_call = None
     assert got == _greedy(by_layer, prompts)
     assert Engine(model, tokenizer, EngineConfig(precision="fp32")).runner.lean.one_call is None
+
+
+def test_the_decode_profile_times_the_one_call_step_and_its_parts_layer_by_layer(small_llm):
+    from voicepipe.bench.decode_profile import profile_decode
+
+    result = profile_decode(*small_llm, "int4", batch=2, context=8, steps=4, rounds=1)
+    assert result["step_ms"] > 0 and result["layer_by_layer_step_ms"] > 0
+    assert result["plain_calls_per_step"] < result["calls_per_step"]  # the layers' ops left Python
+    assert result["parts_ms"]["linear"] > 0 and result["parts_ms"]["attention"] > 0

@@ -6,7 +6,9 @@ part's time exclusive of the parts it calls, by wrapping the engine's own object
 The wrappers cost about a microsecond each, which the report shows as the instrumented step's time beside the
 plain one. The cost of calling into torch and the C++ kernels from Python is estimated apart: the step's
 calls (functions and methods of torch and of the kernels' module; tensor operators such as `+` are not
-counted) times the cost of the cheapest such call, measured in the same run.
+counted) times the cost of the cheapest such call, measured in the same run. Where the engine runs a decode
+step's layers in one C++ call (quantized weights), the parts are timed layer by layer (the same ops, called
+from Python), and the plain step is timed both ways.
 """
 
 import sys
@@ -59,8 +61,6 @@ def _instrument(engine: Engine, clock: PartClock) -> list:
     """Wrap every part of `engine`'s step; returns what `_restore` needs to undo it."""
     undo: list = []
     lean = engine.runner.lean
-    if lean is None:
-        raise ValueError("the decode profile reads the lean forward; this model runs transformers' modules")
     for module in lean.modules():
         name = type(module).__name__
         if name == "RMSNorm":  # its C++ op too, called inside it
@@ -114,7 +114,7 @@ def _decoding_engine(model, tokenizer, precision: str, batch: int, context: int,
     """An engine whose `batch` requests have prefilled a `context`-token prompt and decode from here on."""
     engine = Engine(model, tokenizer, EngineConfig(precision=precision, max_batch_seqs=max(batch, 1),
                                                    num_slabs=max(4, batch * (context + steps) // 256 + 2)))
-    prompt = (tokenizer.encode("Once upon a time, ") * context)[:context]
+    prompt = [3 + i % 200 for i in range(context)]  # any ids: a decode step's cost does not depend on them
     seqs = [engine.add_request(Sequence(prompt, SamplingParams(max_tokens=steps, ignore_eos=True)))
             for _ in range(batch)]
     while min(len(s.output_ids) for s in seqs) < 2:
@@ -144,31 +144,49 @@ def profile_decode(model, tokenizer, precision: str, batch: int, context: int = 
                    rounds: int = 3) -> dict:
     """Milliseconds per decode step by part, for `batch` sequences `context` tokens into their answer; the
     plain step's time is the best of `rounds`, the parts' the mean over all instrumented steps."""
-    engine = _decoding_engine(model, tokenizer, precision, batch, context, steps * (2 * rounds + 1) + 8)
-    clock, plain, instrumented = PartClock(), [], []
+    engine = _decoding_engine(model, tokenizer, precision, batch, context, steps * (3 * rounds + 1) + 8)
+    lean = engine.runner.lean
+    if lean is None:
+        raise ValueError("the decode profile reads the lean forward; this model runs transformers' modules")
+    one_call = lean.one_call
+    clock, plain, by_layer, instrumented = PartClock(), [], [], []
     with torch.inference_mode():
         _steps_per_second(engine, 4)  # warm up
-        calls = _calls_from_python(engine)
-        for _ in range(rounds):  # alternated, so that a noisy neighbour falls on both alike
+        plain_calls = _calls_from_python(engine)
+        lean.one_call = None
+        calls = _calls_from_python(engine)  # the parts' path
+        lean.one_call = one_call
+        for _ in range(rounds):  # alternated, so that a noisy neighbour falls on all alike
             plain.append(1e3 / _steps_per_second(engine, steps))
+            if one_call is not None:
+                lean.one_call = None
+                by_layer.append(1e3 / _steps_per_second(engine, steps))
             undo = _instrument(engine, clock)
             try:
                 instrumented.append(1e3 / _steps_per_second(engine, steps))
             finally:
                 _restore(undo)
+                lean.one_call = one_call
         dispatch = _dispatch_cost()
     parts = {p: 1e3 * clock.seconds.get(p, 0.0) / (steps * rounds) for p in PARTS}
     return {"precision": precision, "batch": batch, "context": context, "step_ms": min(plain),
+            "layer_by_layer_step_ms": min(by_layer) if by_layer else None,
             "instrumented_step_ms": sum(parts.values()), "parts_ms": parts, "calls_per_step": calls,
+            "plain_calls_per_step": plain_calls,
             "dispatch_ms_estimate": 1e3 * calls * dispatch}
 
 
 def print_profile(result: dict) -> None:
     step = result["instrumented_step_ms"]
+    by_layer = result["layer_by_layer_step_ms"]
+    how = (f" with the layers in one C++ call, {by_layer:.2f} ms layer by layer, the parts' path"
+           if by_layer is not None else "")
     print(f"\n{result['precision']} batch {result['batch']}: {result['step_ms']:.2f} ms a step "
-          f"({result['batch'] * 1e3 / result['step_ms']:.1f} tok/s), {step:.2f} ms instrumented")
+          f"({result['batch'] * 1e3 / result['step_ms']:.1f} tok/s){how}; {step:.2f} ms instrumented")
     for part, ms in result["parts_ms"].items():
         print(f"  {part:14}{ms:8.2f} ms  {100 * ms / step:5.1f}%")
+    if result["plain_calls_per_step"] != result["calls_per_step"]:
+        print(f"  calls into torch and the kernels a step in one call: {result['plain_calls_per_step']}")
     print(f"  calls into torch and the kernels a step: {result['calls_per_step']}, their dispatch about "
           f"{result['dispatch_ms_estimate']:.2f} ms ({100 * result['dispatch_ms_estimate'] / step:.0f}%, within the "
           "parts above)")
