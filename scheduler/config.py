@@ -72,7 +72,7 @@ class EngineConfig:
     grammar_cache_bytes: int = 256 << 20
     # Weights of the model's linear layers: "fp32", "bf16" or "fp16" (the GPU's), or, CPU only, "int8" (a
     # quarter of the bytes each step reads, one scale per output channel) or "int4" (groups of 32 with a
-    # scale and a minimum), activations float32 (scheduler.model.quantize, docs/decode.md); None: the device's
+    # scale and a minimum, times int8 activations) (scheduler.model.quantize, docs/decode.md); None: the device's
     # default (scheduler.model.device.default_precision).
     precision: Precision | None = "fp32"
     # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to
