@@ -42,10 +42,10 @@ class Client:
 class Call:
     """One call's pipeline over the fakes."""
 
-    def __init__(self, reply: str = REPLY, **config) -> None:
+    def __init__(self, reply: str = REPLY, tts: FakeTTS | None = None, **config) -> None:
         self.tokenizer = FakeTokenizer()
         self.asr = FakeASR(QUESTION)
-        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply}, asr=self.asr, tts=FakeTTS())
+        self.engine = FakeEngine(self.tokenizer, {QUESTION: reply}, asr=self.asr, tts=tts or FakeTTS())
         self.config = CallConfig(instructions="Be brief.", **config)
         self.conversation = Conversation(self.config.instructions, self.tokenizer)
         self.client = Client()

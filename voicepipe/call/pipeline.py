@@ -1,9 +1,11 @@
-"""One call's pipeline: VAD -> ASR -> turn-taking -> LLM -> sentences -> TTS -> client, as a list of stages."""
+"""One call's pipeline: audio front end -> VAD -> ASR -> turn-taking -> LLM -> sentences -> TTS -> client,
+as a list of stages."""
 
 
 from collections.abc import Callable
 
 from voicepipe.call.runtime import Runtime
+from voicepipe.frontend.stage import AudioFrontEnd, FrontEndStage
 from voicepipe.pipeline.asr_stage import ASRStage
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
@@ -18,13 +20,15 @@ from voicepipe.turns.vad_stage import VADStage
 
 
 def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversation: Conversation,
-                   send: Send, describe: Callable[[], dict] = dict) -> Pipeline:
+                   send: Send, describe: Callable[[], dict] = dict, front: AudioFrontEnd | None = None) -> Pipeline:
     """The stages of one call; `describe` gives the session as the client sees it, for `session.updated`.
-    The endpointer reads `config.turn_detection` live, so updates apply at once."""
+    The endpointer reads `config.turn_detection` live, so updates apply at once. `front` is the audio front
+    end, given where its far end is known better than the output stage's clock says (`talk`)."""
     engine = runtime.engine
     endpointer = Endpointer(config.turn_detection, max_utterance_s=config.max_utterance_s,
                             early_pause_ms=config.early_final_ms)
     return Pipeline([
+        FrontEndStage(front or AudioFrontEnd(config)),
         VADStage(endpointer),
         ASRStage(engine, runtime.asr_rate, config),
         TurnTaking(engine, runtime.tokenizer, conversation, config, call_id),

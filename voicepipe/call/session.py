@@ -222,6 +222,8 @@ class Session:
             "input_audio_format": {"type": "pcm16", "sample_rate": SAMPLE_RATE},
             "output_audio_format": {"type": "pcm16", "sample_rate": self.runtime.tts_rate},
             "turn_detection": self.config.turn_detection.describe(),
+            "echo_cancellation": self.config.echo_cancellation,
+            "noise_reduction": {"type": self.config.noise_reduction} if self.config.noise_reduction else None,
             "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
                       for t in self.config.tools],
             "tool_choice": self.config.tool_choice,

@@ -29,5 +29,9 @@ class CallConfig:
     # (dropped unheard if the caller goes on speaking).
     speculative: bool = True
     max_utterance_s: float = 30.0
+    # The audio front end: cancel the reply's echo from the microphone (off where the client cancels it
+    # itself), and suppress noise (None, "near_field" or "far_field", as the Realtime API names it).
+    echo_cancellation: bool = True
+    noise_reduction: str | None = None
     # The oldest messages are dropped once the prompt would grow past this.
     max_prompt_tokens: int = 2048

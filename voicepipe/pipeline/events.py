@@ -181,6 +181,24 @@ class Paced(Feedback):
 
 
 @dataclass(frozen=True, slots=True)
+class Playout(Feedback):
+    """Reply audio the caller's loudspeaker was due to play from `start` (the output stage's playback clock):
+    the far end the audio front end cancels from the microphone. `text` is the sentence it speaks."""
+
+    samples: np.ndarray  # PCM16 at `sample_rate`
+    sample_rate: int
+    start: float
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlayoutCut(Feedback):
+    """The caller dropped its queued reply audio at `at`: nothing after it played."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Played(Feedback):
     """A chunk of the turn's audio was scheduled for playback: `seconds` of sentence `index` (whose text is
     `text`) from `start`, the caller's buffered audio now running out at `until`; `resumed` after a pause.

@@ -20,6 +20,8 @@ from voicepipe.pipeline.events import (
     ItemFound,
     PlaybackPaused,
     Played,
+    Playout,
+    PlayoutCut,
     ResponseCreated,
     SpeechStarted,
     SpeechStopped,
@@ -189,6 +191,7 @@ class ClientOutput(Stage):
         self._sent.append((audio.index, audio.text, start, pcm))
         self._audible = turn
         self.emit_upstream(Played(turn, audio.index, audio.text, start, seconds, self.clock.playout_end, resumed))
+        self.emit_upstream(Playout(pcm, self.sample_rate, start, audio.text))
         delta = server_events.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate)
         await self.send(delta, pcm.astype("<i2", copy=False).tobytes())
 
@@ -231,6 +234,7 @@ class ClientOutput(Stage):
         """The caller's queued audio of `turn` is dropped, here and (told so) in the client."""
         self._audible, self._sent = None, []
         self.clock.clear(now)
+        self.emit_upstream(PlayoutCut(now))
         await self.send(server_events.playback_cleared(turn.response_id))
 
     async def _truncated(self, event: Truncated, now: float) -> None:

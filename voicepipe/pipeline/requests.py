@@ -1,7 +1,7 @@
 """The client's requests, as the pipeline carries them: each made from a client event (voicepipe.protocol.client_events)
 and handled by the stage that owns what it asks about."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from voicepipe.pipeline.events import Event
@@ -77,3 +77,4 @@ class SessionUpdate(Event):
     tools: tuple
     tool_choice: Any
     tool_instructions: str
+    audio_input: dict = field(default_factory=dict)  # the audio front end's fields that change

@@ -190,7 +190,9 @@ def is_unicode(text: str) -> bool:
     return True
 
 
-SESSION_FIELDS = {"instructions", "scheduler", "turn_detection", "output_modalities", "tools", "tool_choice"}
+SESSION_FIELDS = {"instructions", "scheduler", "turn_detection", "output_modalities", "tools", "tool_choice",
+                  "echo_cancellation", "noise_reduction"}
+NOISE_TYPES = ("near_field", "far_field")
 
 
 def session_update(update: Any, config: CallConfig) -> SessionUpdate:
@@ -223,4 +225,22 @@ def session_update(update: Any, config: CallConfig) -> SessionUpdate:
     except ValueError as e:
         raise ClientError(str(e), "invalid_session_update", str(e).split(":")[0]) from None
     return SessionUpdate(instructions, speak, detection, tuple(found), choice,
-                         tools.instructions(found, chosen) if chosen else "")
+                         tools.instructions(found, chosen) if chosen else "", audio_input(update))
+
+
+def audio_input(update: dict) -> dict:
+    """The audio front end's fields of a session update: `echo_cancellation` (true or false) and
+    `noise_reduction` (null, or {"type": "near_field" | "far_field"}, as the Realtime API shapes it)."""
+    fields: dict[str, Any] = {}
+    if "echo_cancellation" in update:
+        if not isinstance(update["echo_cancellation"], bool):
+            raise ClientError("echo_cancellation must be true or false", "invalid_session_update", "echo_cancellation")
+        fields["echo_cancellation"] = update["echo_cancellation"]
+    if "noise_reduction" in update:
+        noise = update["noise_reduction"]
+        kind = noise.get("type") if isinstance(noise, dict) else None
+        if noise is not None and kind not in NOISE_TYPES:
+            raise ClientError(f"noise_reduction must be null or {{'type': one of {', '.join(NOISE_TYPES)}}}",
+                              "invalid_session_update", "noise_reduction")
+        fields["noise_reduction"] = kind
+    return fields

@@ -9,12 +9,13 @@ RATE = 24000  # the Realtime API's PCM rate, both ways
 PCM_NAMES = ("audio/pcm", "pcm16")  # GA's format type, and the beta's format string
 VAD_FIELDS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "eagerness", "create_response",
               "interrupt_response")
+INPUT_FIELDS = ("format", "turn_detection", "noise_reduction", "echo_cancellation")  # audio.input's, read here
 SEMANTIC_FIELDS = ("type", "eagerness", "create_response", "interrupt_response")  # what its type reads back
 # Standard fields this server accepts and ignores (with a warning in its log), rather than failing a client
 # that sets them out of habit.
 IGNORED = ("model", "voice", "max_output_tokens",
            "max_response_output_tokens", "temperature", "tracing", "include", "prompt", "truncation",
-           "input_audio_transcription", "input_audio_noise_reduction", "speed", "client_secret",
+           "input_audio_transcription", "speed", "client_secret",
            "expires_at", "object", "id")
 
 
@@ -41,7 +42,11 @@ def native_update(session: Any) -> dict:
     inputs, outputs = (audio.get("input") or {}), (audio.get("output") or {})
     _check_format(inputs.get("format", session.get("input_audio_format")), "input")
     _check_format(outputs.get("format", session.get("output_audio_format")), "output")
-    ignored += [f"audio.input.{k}" for k in inputs if k not in ("format", "turn_detection")]
+    if "noise_reduction" in inputs or "input_audio_noise_reduction" in session:
+        native["noise_reduction"] = inputs.get("noise_reduction", session.get("input_audio_noise_reduction"))
+    if "echo_cancellation" in inputs:  # this server's own field: false where the client cancels echo itself
+        native["echo_cancellation"] = inputs["echo_cancellation"]
+    ignored += [f"audio.input.{k}" for k in inputs if k not in INPUT_FIELDS]
     ignored += [f"audio.output.{k}" for k in outputs if k != "format"]
     detection = inputs["turn_detection"] if "turn_detection" in inputs else session.get("turn_detection")
     if "turn_detection" in inputs or "turn_detection" in session:
@@ -51,7 +56,7 @@ def native_update(session: Any) -> dict:
         if isinstance(detection, dict):
             ignored += [f"turn_detection.{k}" for k in detection if k not in VAD_FIELDS]
     unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio", "tools",
-                                               "tool_choice",
+                                               "tool_choice", "input_audio_noise_reduction",
                                                "output_modalities", "modalities",
                                                "input_audio_format", "output_audio_format", "turn_detection")]
     if ignored or unknown:
@@ -84,11 +89,13 @@ def ga_session(native: dict, model: str, beta: bool) -> dict:
     if beta:
         spoken = native["output_modalities"] == ["audio"]
         return {**common, "modalities": ["audio", "text"] if spoken else ["text"], "voice": "piper",
-                "input_audio_format": "pcm16", "output_audio_format": "pcm16", "turn_detection": vad}
+                "input_audio_format": "pcm16", "output_audio_format": "pcm16", "turn_detection": vad,
+                "input_audio_noise_reduction": native["noise_reduction"]}
     pcm = {"type": "audio/pcm", "rate": RATE}
     return {**common, "type": "realtime", "output_modalities": native["output_modalities"],
             "audio": {"input": {"format": pcm, "turn_detection": vad, "transcription": {"model": "whisper"},
-                                "noise_reduction": None},
+                                "noise_reduction": native["noise_reduction"],
+                                "echo_cancellation": native["echo_cancellation"]},
                       "output": {"format": pcm, "voice": "piper", "speed": 1.0}},
             "max_output_tokens": "inf", "tracing": None,
             "truncation": "auto"}

@@ -1,0 +1,176 @@
+"""The audio front end in a scripted room: the reply's audio, as the caller's loudspeaker played it, comes
+back into the microphone through a synthetic room (a stand-in for a real speaker and microphone, which
+cannot exist here), in real time, through the call's real pipeline (the Silero VAD, the front end, WebRTC's
+AEC3) over the fake engine, whose TTS speaks a real voice recording."""
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.fake_call import Call
+from voicepipe.audio import read_audio
+from voicepipe.bench.room import Room, active_rms, at_snr, noise
+from voicepipe.frontend.processing import AudioProcessing
+from voicepipe.frontend.reference import FarEnd, NearEnd
+from voicepipe.frontend.stage import FrontEndStage
+from voicepipe.pipeline.events import AudioIn, SpeechStarted, SpeechStopped
+
+RATE = 16000
+VOICE = read_audio(Path(__file__).parents[2] / "voicepipe" / "samples" / "question.wav", RATE)
+FRAME = RATE // 50  # the caller's microphone sends 20 ms at a time
+
+
+class VoiceTTS:
+    """Speaks every sentence with a real voice: the sample question, backwards (still a voice to a VAD,
+    and unlike the caller's own words)."""
+
+    sample_rate = RATE
+
+    @staticmethod
+    def audio() -> np.ndarray:
+        return VOICE[::-1] * np.float32(0.5)
+
+    def synthesize(self, text: str) -> Iterator[np.ndarray]:
+        yield (self.audio() * 32767).astype(np.int16)
+
+
+class Caller:
+    """A speakerphone: what the client received plays from its arrival (after what was queued before),
+    stops when the server says playback was cleared, and comes back through `room` into the microphone,
+    with the caller's own `speech` (if any) from `speech_at` seconds."""
+
+    def __init__(self, call: Call, room: Room, speech: np.ndarray | None = None, speech_at: float = 0.0,
+                 noise_db: float | None = None) -> None:
+        self.call, self.room, self.speech, self.speech_at = call, room, speech, speech_at
+        self.response = room.impulse_response()
+        heard = np.convolve(VoiceTTS.audio(), self.response)  # the echo's level against a voice at 0.1 RMS
+        self.gain = 0.1 * 10 ** (room.echo_db / 20) / active_rms(heard)
+        self.played = np.zeros(0, np.float32)  # the loudspeaker's output, from the call's start
+        self.queue_end = 0  # where the queued audio ends, in samples of `played`
+        self.seen = 0  # client messages read so far
+        self.noise = None if noise_db is None else at_snr(noise("pink", 30.0, seed=3), 0.1, noise_db)
+
+    def _receive(self, now_sample: int) -> None:
+        messages = self.call.client.messages
+        for message in messages[self.seen:]:
+            if isinstance(message, bytes):
+                pcm = np.frombuffer(message, "<i2").astype(np.float32) / 32768.0
+                start = max(now_sample, self.queue_end)
+                end = start + len(pcm)
+                if len(self.played) < end:
+                    self.played = np.concatenate([self.played, np.zeros(end - len(self.played), np.float32)])
+                self.played[start:end] = pcm
+                self.queue_end = end
+            elif message.get("type") == "output_audio_buffer.cleared":
+                self.played = self.played[:now_sample]  # the client drops what it had queued
+                self.queue_end = now_sample
+        self.seen = len(messages)
+
+    async def talk(self, seconds: float) -> None:
+        t0 = time.monotonic()
+        sent = 0
+        while sent < seconds * RATE:
+            await asyncio.sleep(max(0.0, t0 + (sent + FRAME) / RATE - time.monotonic()))
+            self._receive(sent + FRAME)
+            end = sent + FRAME
+            window = np.zeros(len(self.response) + FRAME, np.float32)
+            lo = max(0, end - len(window))
+            window[len(window) - (end - lo):] = self.played[lo:end] if end <= len(self.played) else np.concatenate(
+                [self.played[lo:], np.zeros(end - max(lo, len(self.played)), np.float32)])[-(end - lo):]
+            mic = np.convolve(window, self.response)[len(self.response) - 1: len(window)][-FRAME:] * self.gain
+            if self.speech is not None:
+                at = int(self.speech_at * RATE)
+                part = self.speech[max(0, sent - at): max(0, end - at)]
+                mic[FRAME - len(part):] += part if sent >= at else 0
+            if self.noise is not None:
+                mic += self.noise[sent:end]
+            self.call.pipeline.push(AudioIn(mic.astype(np.float32)))
+            sent = end
+
+
+def speech_started_after(call: Call, kind: str) -> int:
+    kinds = call.client.kinds()
+    return kinds[kinds.index(kind):].count("input_audio_buffer.speech_started") if kind in kinds else -1
+
+
+async def ask(call: Call) -> None:
+    """The question, as the VAD would have it (so the reply starts at once)."""
+    now = time.monotonic()
+    await call.push(SpeechStarted("item_q", 0, now),
+                    SpeechStopped("item_q", 1000, now, RATE))
+
+
+@pytest.mark.parametrize("echo", [True, False])
+async def test_the_replys_echo_at_the_callers_level_is_no_speech_with_the_canceller_on(echo):
+    call = Call(reply="Paris is the capital of France. It is a big city.", tts=VoiceTTS(), echo_cancellation=echo)
+    try:
+        await ask(call)
+        await Caller(call, Room(delay_ms=60, rt60_s=0.3, echo_db=0.0, seed=1)).talk(5.5)
+        started = speech_started_after(call, "response.audio.delta")
+        if echo:
+            assert started == 0, call.client.kinds()
+            assert call.client.kinds().count("response.created") == 1  # no turn taken from its own voice
+        else:
+            assert started >= 1  # without the canceller the assistant hears itself
+    finally:
+        await call.close()
+
+
+async def test_a_real_interruption_over_the_echo_still_cancels_the_reply():
+    call = Call(reply="Paris is the capital of France. It is a big city. It has many museums.", tts=VoiceTTS())
+    try:
+        await ask(call)
+        caller = Caller(call, Room(delay_ms=60, rt60_s=0.3, echo_db=0.0, seed=1), speech=VOICE * 0.1 / active_rms(
+            VOICE), speech_at=2.5)
+        await caller.talk(5.5)
+        assert speech_started_after(call, "response.audio.delta") >= 1
+        assert "output_audio_buffer.cleared" in call.client.kinds() or any(
+            m.get("response", {}).get("status") == "cancelled" for m in call.client.of("response.done"))
+    finally:
+        await call.close()
+
+
+def test_the_far_end_is_read_back_where_it_played_and_cut_where_the_caller_dropped_it():
+    far = FarEnd()
+    tone = np.ones(1600, np.float32)
+    far.play(10.0, tone)
+    assert far.read(9.95, 1600)[:800].sum() == 0 and far.read(9.95, 1600)[800:].sum() == 800
+    far.cut(10.05)
+    assert far.read(10.0, 1600).sum() == 800
+
+
+def test_the_near_end_clock_takes_the_fastest_arrival_and_reanchors_after_a_gap():
+    near = NearEnd()
+    assert near.feed(320, 100.02) == pytest.approx(100.0)
+    assert near.feed(320, 100.05) == pytest.approx(100.02)  # 10 ms late: still recorded at 100.02
+    assert near.feed(320, 100.06) == pytest.approx(100.04, abs=1e-3)
+    assert near.feed(320, 110.0) == pytest.approx(110.0 - 0.02)  # a muted client came back
+
+
+def test_noise_reduction_off_leaves_the_audio_alone_and_near_field_quietens_steady_noise():
+    hiss = at_snr(noise("pink", 3.0, seed=5), 0.1, 0.0)
+    off = AudioProcessing(echo=False, noise=None)
+    assert off.process(hiss, np.zeros_like(hiss)) is hiss
+    near = AudioProcessing(echo=False, noise="near_field")
+    out = near.process(hiss, np.zeros_like(hiss))
+    assert active_rms(out[RATE:]) < 0.5 * active_rms(hiss[RATE:])
+
+
+async def test_a_session_update_turns_the_suppressor_on_and_off_in_the_audio_the_vad_gets():
+    call = Call()
+    try:
+        front = call.stage(FrontEndStage).front
+        assert not front.processing.active or front.processing.noise is None
+        from voicepipe.pipeline.requests import SessionUpdate
+
+        update = SessionUpdate(call.config.instructions, True, {}, (), "auto", "",
+                               {"noise_reduction": "near_field", "echo_cancellation": False})
+        await call.push(update)
+        assert front.processing.noise == "near_field" and not front.processing.echo
+        assert call.client.of("session.updated")
+    finally:
+        await call.close()

@@ -1,0 +1,71 @@
+"""The two clocks echo cancellation lines up: when the caller's loudspeaker played each reply sample (the
+far end), and when the caller's microphone recorded each sample that reached us (the near end).
+
+The server paced every reply sample it sent (the output stage's playback clock says when each chunk was due
+to play), so the far end is known on the server's clock, cut where the caller dropped its queue. The near
+end is the microphone stream: audio arrives in real time, so a sample's recording time is its arrival less
+the network's delay; the smallest delay seen stands for it (a late packet cannot have been recorded later
+than it arrived). What neither clock knows (the client's output buffer, the room, a phone leg) is a delay
+of a few hundred milliseconds that the canceller estimates itself.
+"""
+
+from collections import deque
+
+import numpy as np
+
+RATE = 16000
+KEEP_S = 8.0  # far-end audio older than this can no longer be in the microphone
+DRIFT = 0.002  # how fast the near end's clock may run slow against ours (0.2%) before it is re-anchored
+REANCHOR_S = 0.5  # a gap in the microphone stream longer than this (a muted client) starts a new anchor
+
+
+class FarEnd:
+    """Reply audio on the server's clock, as the caller's loudspeaker played it, at 16 kHz."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[tuple[float, np.ndarray]] = deque()  # (time its first sample played, samples)
+
+    def play(self, start: float, samples: np.ndarray) -> None:
+        """`samples` (float32, 16 kHz) were due to play from `start`."""
+        self._chunks.append((start, samples.astype(np.float32, copy=False)))
+        while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) / RATE < start - KEEP_S:
+            self._chunks.popleft()
+
+    def cut(self, at: float) -> None:
+        """The caller dropped what it had queued at `at`: nothing after it played."""
+        kept: deque[tuple[float, np.ndarray]] = deque()
+        for start, samples in self._chunks:
+            if start < at:
+                kept.append((start, samples[: max(0, int(round((at - start) * RATE)))]))
+        self._chunks = kept
+
+    def read(self, start: float, n: int) -> np.ndarray:
+        """The `n` samples the loudspeaker played from `start` (silence where it played nothing)."""
+        out = np.zeros(n, np.float32)
+        for chunk_start, samples in self._chunks:
+            offset = int(round((chunk_start - start) * RATE))
+            lo, hi = max(0, offset), min(n, offset + len(samples))
+            if lo < hi:
+                out[lo:hi] = samples[lo - offset: hi - offset]
+        return out
+
+    def playing(self, now: float) -> bool:
+        return bool(self._chunks) and self._chunks[-1][0] + len(self._chunks[-1][1]) / RATE > now
+
+
+class NearEnd:
+    """When each sample of the microphone stream was recorded, on the server's clock."""
+
+    def __init__(self) -> None:
+        self.fed = 0  # samples received so far
+        self.origin: float | None = None  # when stream position 0 was recorded
+
+    def feed(self, n: int, now: float) -> float:
+        """`n` samples arrived at `now`: when the first of them was recorded."""
+        self.fed += n
+        offset = now - self.fed / RATE  # position 0's time, were these samples recorded just now
+        if self.origin is None or offset < self.origin or offset - self.origin > REANCHOR_S:
+            self.origin = offset
+        else:  # later than before: the client's clock runs slow, or the network grew slower; follow slowly
+            self.origin += min(offset - self.origin, DRIFT * n / RATE)
+        return self.origin + (self.fed - n) / RATE
