@@ -62,7 +62,8 @@ def speex_mdf():
     def run(near: np.ndarray, far: np.ndarray) -> np.ndarray:
         out = np.zeros_like(near)
         for i in range(0, len(near) - FRAME + 1, FRAME):
-            done = aec.process((near[i:i + FRAME] * 32767).astype(np.int16), (far[i:i + FRAME] * 32767).astype(np.int16))
+            pcm = [(x[i:i + FRAME] * 32767).astype(np.int16) for x in (near, far)]
+            done = aec.process(*pcm)
             if done:
                 out[i:i + FRAME] = np.frombuffer(done, np.int16)[:FRAME] / 32768.0
         return out

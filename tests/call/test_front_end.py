@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from support.fake_call import Call
+
 from voicepipe.audio import read_audio
 from voicepipe.bench.room import Room, active_rms, at_snr, noise
 from voicepipe.frontend.processing import AudioProcessing

@@ -209,3 +209,25 @@ def test_no_sound_device_is_a_clear_error(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("voicepipe: error: no audio input/output device found ("), result.stderr
     assert result.stderr.count("\n") == 1 and not result.stdout
+
+
+async def test_talks_echo_reference_is_what_the_speaker_played_shifted_by_its_output_latency():
+    """The speaker's callback, as PortAudio calls it (its time info stands in for a sound card's)."""
+    from types import SimpleNamespace
+
+    from voicepipe.frontend.stage import AudioFrontEnd
+    from voicepipe.local.talk import LocalLine
+    from voicepipe.pipeline import CallConfig
+
+    front = AudioFrontEnd(CallConfig(), own_far_end=True)
+    line = LocalLine(Devices(None, None, 16000, 16000), 16000, io.StringIO(), front)
+    tone = (np.sin(np.arange(1600) / 5) * 8000).astype(np.int16)
+    line.playback.write(tone)
+    out = np.zeros((1600, 1), np.int16)
+    before = time.monotonic()
+    line.speaker(out, 1600, SimpleNamespace(outputBufferDacTime=5.25, currentTime=5.0), None)
+    await asyncio.sleep(0)  # the far end is handed to the call's loop
+    after = time.monotonic()
+    start = front.far._chunks[0][0]
+    assert before + 0.25 <= start <= after + 0.25  # played 250 ms from now, at the DAC
+    assert np.allclose(front.far.read(start, 1600), tone / 32768.0, atol=1e-4)

@@ -65,3 +65,25 @@ async def test_a_backchannel_over_a_reply_lets_it_play_on_and_words_cancel_it():
     words = final("item_2", "Wait, tell me about Spain instead.")
     down, _ = await run_stage(stage(), [paused, words])
     assert verdicts(down) == [BargeInResolved("item_2", real=True, turn=turn), TurnEnded(words, answer=True)]
+
+
+async def test_words_that_repeat_what_the_assistant_just_said_are_its_echo_never_answered():
+    import numpy as np
+
+    from voicepipe.pipeline.events import Playout
+
+    now, turn = time.monotonic(), Turn("resp_1", "call-resp_1", "item_0", 0.0, 1.5)
+    said = Playout(np.zeros(16000, np.int16), 16000, now - 0.5, "There are no direct flights to Rome today.")
+    paused = PlaybackPaused("item_2", turn, now)
+    taking = stage()
+    down, up = await run_stage(taking, [said, paused, SpeechStarted("item_2", 0, now),
+                                        SpeechStopped("item_2", 900, now, 100), final("item_2", "There are no")])
+    assert said in up  # passed on to the audio front end
+    assert verdicts(down)[-1] == BargeInResolved("item_2", real=False, turn=turn)  # the reply resumes
+    assert not any(isinstance(v, TurnEnded) for v in verdicts(down)) and taking.echoes == 1
+    down, _ = await run_stage(taking, [SpeechStarted("item_3", 0, now), SpeechStopped("item_3", 900, now, 100),
+                                       final("item_3", "What about trains to Rome?")])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # the caller's own words are answered
+    down, _ = await run_stage(stage(), [SpeechStarted("item_4", 0, now), SpeechStopped("item_4", 900, now, 100),
+                                        final("item_4", "There are no")])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # nothing was said: not an echo

@@ -15,6 +15,7 @@ from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
 from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
+from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.ids import new_id
 from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import Event
@@ -44,7 +45,7 @@ class Session:
     """
 
     def __init__(self, transport: Transport, runtime: Runtime, limits: Limits, config: CallConfig | None = None,
-                 may_tune: bool = True) -> None:
+                 may_tune: bool = True, front: AudioFrontEnd | None = None) -> None:
         self.transport, self.runtime, self.limits = transport, runtime, limits
         self.may_tune = may_tune  # may turn the engine's knobs, which every call shares
         self.id = new_id("sess")
@@ -52,7 +53,11 @@ class Session:
         self.config.max_utterance_s = limits.max_utterance_s
         self.conversation = Conversation(self.config.instructions, runtime.tokenizer, limits.max_conversation_items,
                                          limits.max_conversation_bytes)
-        self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe)
+        if front is not None:
+            front.config = self.config
+            front.configure()
+        self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe,
+                                       front)
         self._send_lock = asyncio.Lock()
         self._responses: set[str] = set()  # response.created sent, response.done not yet
         self._cause: str | None = None  # the event_id of the client event being handled

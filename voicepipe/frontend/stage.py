@@ -45,11 +45,12 @@ class EchoReport:
 
 class AudioFrontEnd:
     """Per call: the far end on the server's clock, the near end's clock, and the processing module.
-    `output_latency_s` shifts the far end later where the output's own delay is known (`talk`)."""
+    With `own_far_end` its line says what the loudspeaker played and when (`talk`), and the output stage's
+    playback clock, a guess beside that, is not used."""
 
     def __init__(self, config: CallConfig, clock: Callable[[], float] = time.monotonic,
-                 output_latency_s: float = 0.0) -> None:
-        self.config, self.clock, self.output_latency_s = config, clock, output_latency_s
+                 own_far_end: bool = False) -> None:
+        self.config, self.clock, self.own_far_end = config, clock, own_far_end
         self.far, self.near = FarEnd(), NearEnd()
         self.processing = AudioProcessing(config.echo_cancellation, config.noise_reduction)
         self.echo = EchoReport()
@@ -58,7 +59,7 @@ class AudioFrontEnd:
         start = self.near.feed(len(samples), self.clock())
         if not self.processing.active:
             return samples
-        far = self.far.read(start - self.output_latency_s, len(samples)) if self.processing.echo \
+        far = self.far.read(start, len(samples)) if self.processing.echo \
             else np.zeros(len(samples), np.float32)
         out = self.processing.process(samples, far)
         if self.processing.echo and np.any(far):
@@ -95,9 +96,11 @@ class FrontEndStage(Stage):
 
     async def feedback(self, event: Feedback) -> bool:
         if isinstance(event, Playout):
-            self.front.played(event.samples, event.sample_rate, event.start)
+            if not self.front.own_far_end:
+                self.front.played(event.samples, event.sample_rate, event.start)
             return True
         if isinstance(event, PlayoutCut):
-            self.front.far.cut(event.at)
+            if not self.front.own_far_end:
+                self.front.far.cut(event.at)
             return True
         return False

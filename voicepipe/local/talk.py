@@ -6,8 +6,9 @@ the session sends are printed as they stream, and the reply audio goes into a ri
 speaker's callback drains. Both callbacks run on PortAudio's threads and only copy samples.
 
 Both streams run at their device's own rate, resampled here to and from the call's rates, so no device
-has to support 16 kHz or the voice's rate. Without echo cancellation the microphone also hears the
-assistant, and takes it for the caller speaking over the reply: talk through headphones.
+has to support 16 kHz or the voice's rate. The microphone also hears the assistant through the speakers:
+the call's echo canceller takes that out, its far end fed by the speaker's callback with exactly what it
+played and when (no guessing from a playback clock), so no headphones are needed.
 """
 
 import asyncio
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from time import monotonic
 from types import ModuleType
 from typing import Any, TextIO
 
@@ -24,7 +26,9 @@ import soxr
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
+from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.local.playback import PlaybackBuffer
+from voicepipe.pipeline import CallConfig
 from voicepipe.protocol import ServerEvent
 from voicepipe.protocol.transport import Disconnected
 from voicepipe.turns.endpointer import SAMPLE_RATE
@@ -103,8 +107,8 @@ class LocalLine:
     Made on the event loop the session runs on, which the microphone's callback hands its frames to.
     """
 
-    def __init__(self, devices: Devices, reply_rate: int, out: TextIO) -> None:
-        self.out = out
+    def __init__(self, devices: Devices, reply_rate: int, out: TextIO, front: AudioFrontEnd | None = None) -> None:
+        self.out, self.front, self.output_rate = out, front, devices.output_rate
         self.playback = PlaybackBuffer(int(PLAYBACK_S * devices.output_rate))
         self._loop = asyncio.get_running_loop()
         self._incoming: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -122,7 +126,15 @@ class LocalLine:
                 pass  # the call's loop has closed: the microphone is no longer heard
 
     def speaker(self, outdata: np.ndarray, frames: int, time: Any, status: Any) -> None:
-        self.playback.read_into(outdata[:, 0])
+        """Play the next samples, and give the echo canceller exactly what was played and when: now, plus
+        the output's latency (PortAudio's time at the DAC less its time now)."""
+        played = self.playback.read_into(outdata[:, 0])
+        if self.front is not None and played:
+            start = monotonic() + max(0.0, time.outputBufferDacTime - time.currentTime)
+            try:
+                self._loop.call_soon_threadsafe(self.front.played, outdata[:, 0].copy(), self.output_rate, start)
+            except RuntimeError:
+                pass  # the call's loop has closed
 
     # -- the Transport the session talks to ------------------------------------------------------------------
     async def recv(self) -> bytes:
@@ -150,7 +162,7 @@ class LocalLine:
         elif kind == ServerEvent.RESPONSE_AUDIO_DONE:
             self.playback.write(self._to_speaker.flush())
         elif kind == ServerEvent.SESSION_CREATED:
-            self._print("voicepipe: listening; speak to the assistant (through headphones; Ctrl+C ends the call)")
+            self._print("voicepipe: listening; speak to the assistant (Ctrl+C ends the call)")
         elif kind == ServerEvent.TRANSCRIPT_COMPLETED:
             self._print(f"you: {event['transcript'].strip()}")
         elif kind == ServerEvent.RESPONSE_CREATED:
@@ -178,8 +190,10 @@ class LocalCall:
 
     def __init__(self, runtime: Runtime, devices: Devices, out: TextIO = sys.stdout) -> None:
         self.devices = devices
-        self.line = LocalLine(devices, runtime.tts_rate, out)
-        self.session = Session(self.line, runtime, Limits())
+        config = CallConfig()
+        front = AudioFrontEnd(config, own_far_end=True)  # the speaker's callback says what it played, and when
+        self.line = LocalLine(devices, runtime.tts_rate, out, front)
+        self.session = Session(self.line, runtime, Limits(), config, front=front)
 
     async def run(self) -> None:
         """Hold the call until it is hung up or cancelled."""

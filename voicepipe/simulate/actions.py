@@ -8,11 +8,11 @@ from voicepipe.simulate.report import save
 def calibrate(args: argparse.Namespace) -> int:
     from voicepipe.simulate.calibrate import calibrate as fit_cpu
     from voicepipe.simulate.calibrate import print_fit
-    from voicepipe.simulate.costs import FIT
+    from voicepipe.simulate.costs import machine_fit_path
 
     fit = fit_cpu()
     print_fit(fit)
-    print(f"written to {FIT}")
+    print(f"written to {machine_fit_path()}")
     if args.json:
         save({"coefficients": fit.coefficients, "about": fit.about}, args.json)
     return 0

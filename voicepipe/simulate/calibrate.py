@@ -1,7 +1,9 @@
 """`voicepipe simulate calibrate`: measure the calibration runs on this CPU and fit its step-cost model.
 
 Each model step the real engine runs is recorded with its shape and its time (the driver's, plan to outputs);
-the fit (scheduler.sim.fitted) goes to voicepipe/simulate/fits/, where `--device cpu-measured` reads it.
+the fit (scheduler.sim.fitted) is cached per machine (`costs.machine_fit_path`), where `--device cpu-measured`
+reads it. Set-up makes it (`python -m voicepipe.simulate.calibrate --if-missing`), and the first run that
+needs it makes it where set-up did not.
 """
 
 import logging
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from scheduler.sim import FittedCost, StepShape
 from voicepipe.simulate import cpu_runs
-from voicepipe.simulate.costs import CPU, FIT, JOB_PRICES
+from voicepipe.simulate.costs import CPU, FITTED, JOB_PRICES, machine_fit_path
 from voicepipe.simulate.run import measure
 
 log = logging.getLogger(__name__)
@@ -30,18 +32,40 @@ def fit_runs(runs: dict[str, dict]) -> FittedCost:
     steps = [(StepShape(**shape), seconds) for run in runs.values() for shape, seconds in run["steps_measured"]]
     import torch
 
-    about = {"model": cpu_runs.MODEL, "precision": cpu_runs.PRECISION, "fitted_on": list(runs),
+    about = {"model": FITTED[0], "precision": FITTED[1], "fitted_on": list(runs),
              "machine": f"{platform.platform()}, torch {torch.__version__}, {torch.get_num_threads()} threads",
              "date": time.strftime("%Y-%m-%d")}
     return FittedCost.fit([s for s, _ in steps], [t for _, t in steps], about)
 
 
-def calibrate(path: Path = FIT) -> FittedCost:
+def calibrate(path: Path | None = None) -> FittedCost:
+    """Measure the calibration runs, fit them, and cache the fit (at `path`, else this machine's place)."""
+    path = path or machine_fit_path()
+    log.warning("fitting this machine's step costs on the calibration runs (a few minutes, once)")
     model, tokenizer = cpu_runs.load_model()
     fit = fit_runs(measure_runs(cpu_runs.calibration_set(), model, tokenizer))
     path.parent.mkdir(parents=True, exist_ok=True)
     fit.save(path)
     return fit
+
+
+def machine_fit() -> FittedCost:
+    """This machine's fit: the cached one, else made now."""
+    path = machine_fit_path()
+    return FittedCost.load(path) if path.exists() else calibrate(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m voicepipe.simulate.calibrate")
+    parser.add_argument("--if-missing", action="store_true", help="only where this machine has no fit yet")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    fit = machine_fit() if args.if_missing else calibrate()
+    print_fit(fit)
+    print(f"this machine's fit: {machine_fit_path()}")
+    return 0
 
 
 def print_fit(fit: FittedCost) -> None:
@@ -51,3 +75,7 @@ def print_fit(fit: FittedCost) -> None:
           f"total time {a['total_time_error']:+.1%}")
     for term, value in fit.coefficients.items():
         print(f"  {term:16} {value:.3e} s")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

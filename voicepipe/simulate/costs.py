@@ -1,10 +1,14 @@
 """The models and devices `simulate` knows by name, and the cost model each pair is priced by.
 
 A GPU is priced by the roofline from its datasheet rates (scheduler.sim.devices); `cpu-measured` by the
-model fitted to this machine's measured steps (fits/, made by `voicepipe simulate calibrate`), which holds
-only for the model and precision it was measured on.
+model fitted to this machine's measured steps (made by `voicepipe simulate calibrate`, at set-up or on first
+use, and cached beside the kernels), which holds only for the model, precision and machine it was measured
+on: a fit made on another CPU kind was off by 3.5x here, so none is shipped.
 """
 
+import hashlib
+import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,28 @@ from voicepipe.bench.shapes import SHAPES
 MODELS = {"llama-2-13b": "13b", "smollm2-135m": "default", "tiny": "tiny"}  # name -> voicepipe.bench.shapes key
 CPU = "cpu-measured"
 DEVICE_NAMES = (*DEVICES, CPU)
-FIT = Path(__file__).parent / "fits" / "cpu-smollm2-135m.json"
+FITTED = ("smollm2-135m", "int8")  # what the CPU's fit measures (voicepipe.simulate.cpu_runs)
+
+
+def _cpu_identity() -> str:
+    """The CPU's model name and feature flags, and how many cores this process may use."""
+    lines = []
+    try:
+        lines = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = [platform.processor()]
+    return " ".join([*lines, str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())])
+
+
+def machine_fit_path() -> Path:
+    """Where this machine's fit is cached: beside the kernels (`$VOICEPIPE_CACHE`, else ~/.cache/voicepipe),
+    named for the CPU, its cores and the kernels' build (their sources, torch), so another machine or new
+    kernels fit their own."""
+    from kernels.native import cache_dir, library_path
+
+    key = hashlib.sha256(f"{_cpu_identity()} {library_path().name}".encode()).hexdigest()[:16]
+    return cache_dir().parent / "fits" / f"cpu-{FITTED[0]}-{FITTED[1]}-{key}.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +90,12 @@ def priced(device: str, model: str, dtype: str, efficiency: Efficiency | None = 
            fit: Path | None = None) -> Priced:
     shape = model_shape(model)
     if device == CPU:
-        cost = FittedCost.load(fit or FIT)
-        fitted = cost.about.get("model"), cost.about.get("precision")
-        if (model, dtype) != fitted:
-            raise ValueError(f"the CPU's cost model was fitted on {fitted[0]} in {fitted[1]}; "
-                             f"run `voicepipe simulate calibrate` to fit {model} in {dtype}")
+        if (model, dtype) != FITTED:
+            raise ValueError(f"the CPU's cost model is fitted on {FITTED[0]} in {FITTED[1]}, not {model} in {dtype}")
+        path = fit or machine_fit_path()
+        if not path.exists():
+            raise ValueError("this machine has no step-cost fit yet: run `voicepipe simulate calibrate` (minutes)")
+        cost = FittedCost.load(path)
         pool = {"num_slabs": EngineConfig().num_slabs}  # the engine's default, as measured
         # The CPU engine keeps its KV cache in the weights' float32, int8 weights included.
         return Priced(shape, cost, JOB_PRICES[CPU], pool, {"cost_model": "fitted", **cost.about}, kv_itemsize=4)

@@ -10,10 +10,11 @@ from dataclasses import replace
 from typing import Any
 
 from voicepipe.simulate.calls import CallLoad
+from voicepipe.simulate.costs import FITTED
 from voicepipe.simulate.run import Scenario
 from voicepipe.simulate.text import TextLoad
 
-MODEL, PRECISION = "smollm2-135m", "int8"  # the embedded model's shape; the fit and its validation measure int8
+MODEL, PRECISION = FITTED  # the embedded model's shape; the fit and its validation measure int8
 SHORT = TextLoad("all_at_once", requests=12, prompt_tokens=(32, 128), output_tokens=(8, 48), seed=11)
 
 # What the fit reads: a spread of step shapes (long and short prompts, small and large decode batches).

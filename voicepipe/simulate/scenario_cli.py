@@ -7,7 +7,7 @@ from pathlib import Path
 
 from scheduler.sim import Efficiency
 from voicepipe.simulate.calls import CallLoad
-from voicepipe.simulate.costs import CPU, priced
+from voicepipe.simulate.costs import CPU, FITTED, priced
 from voicepipe.simulate.report import print_runs, save
 from voicepipe.simulate.run import Scenario, simulate
 from voicepipe.simulate.text import SEED, TextLoad, trace_items
@@ -49,6 +49,10 @@ def efficiency(args: argparse.Namespace) -> Efficiency:
 
 
 def run_scenarios(args: argparse.Namespace) -> int:
+    if args.device == CPU and (args.model, args.dtype) == FITTED:
+        from voicepipe.simulate.calibrate import machine_fit
+
+        machine_fit()  # made on first use where set-up did not
     target = priced(args.device, args.model, args.dtype, efficiency(args))
     runs = {}
     for name, scenario in scenarios(args).items():

@@ -4,7 +4,8 @@ It tells the engine to expect the caller from their first silence (`Engine.expec
 work never waits behind a long step; at each pause it has the reply begun ahead (`Speculate`) and, under
 semantic turns, asks the model whether the caller has finished (the verdict goes up to the endpointer as
 `EndOfTurn`); at the end of an utterance it says whether to answer (`TurnEnded`). Words said over the
-assistant are judged here too: a backchannel lets the reply play on, words cancel it (`BargeInResolved`).
+assistant are judged here too: a backchannel lets the reply play on, words cancel it (`BargeInResolved`),
+and words that repeat what the assistant just said are its own echo: never a turn, never a barge-in.
 """
 
 import time
@@ -20,6 +21,8 @@ from voicepipe.pipeline.events import (
     Feedback,
     InputCleared,
     PlaybackPaused,
+    Playout,
+    PlayoutCut,
     SpeechQuiet,
     SpeechResumed,
     SpeechStarted,
@@ -30,6 +33,7 @@ from voicepipe.pipeline.events import (
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
 from voicepipe.turns.end_of_turn import end_probability, is_backchannel, judged_ids
+from voicepipe.turns.own_voice import OwnVoice
 from voicepipe.turns.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
 
 
@@ -45,6 +49,8 @@ class TurnTaking(Stage):
         self._speaking = False  # the caller is in an utterance
         self._over_item: str | None = None  # an utterance said over the reply, its words not yet known
         self._paused: Turn | None = None  # the reply that utterance paused, until the verdict
+        self.own_voice = OwnVoice()
+        self.echoes = 0  # transcripts taken for the assistant's own voice
 
     async def process(self, event: Event) -> None:
         self.emit(event)
@@ -63,18 +69,27 @@ class TurnTaking(Stage):
             if isinstance(event, InputCleared) and event.item_id is not None:
                 self._spoken_over(event.item_id, "", final=True)  # dropped unheard: the reply goes on
         elif isinstance(event, TranscriptEarly) and event.text.strip():
-            if self._spoken_over(event.item_id, event.text):
+            if self.own_voice.is_echo(event.text, time.monotonic()):
+                self._spoken_over(event.item_id, "", final=False)
+            elif self._spoken_over(event.item_id, event.text):
                 pass  # a backchannel so far: no reply of its own, unless more words follow
             elif self.config.speculative and detection.create_response:
                 self.emit(Speculate(event))
             elif detection.semantic:
                 self.spawn(self._judge(event))
         elif isinstance(event, TranscriptFinal):
-            if not self._spoken_over(event.item_id, event.text, final=True) and event.text.strip():
+            if event.text.strip() and self.own_voice.is_echo(event.text, time.monotonic()):
+                self.echoes += 1
+                self._spoken_over(event.item_id, "", final=True)  # its own voice: the reply plays on, unanswered
+            elif not self._spoken_over(event.item_id, event.text, final=True) and event.text.strip():
                 self.emit(TurnEnded(event, answer=answering and not self._speaking))
 
     async def feedback(self, event: Feedback) -> bool:
-        if isinstance(event, PlaybackPaused):  # the caller's speech paused a reply: its words decide
+        if isinstance(event, Playout):  # on its way to the audio front end
+            self.own_voice.played(event.text, event.start + len(event.samples) / event.sample_rate)
+        elif isinstance(event, PlayoutCut):
+            self.own_voice.cut(event.at)
+        elif isinstance(event, PlaybackPaused):  # the caller's speech paused a reply: its words decide
             self._over_item, self._paused = event.item_id, event.turn
         elif isinstance(event, Probed):
             if event.probability is not None:

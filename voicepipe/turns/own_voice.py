@@ -1,0 +1,51 @@
+"""The assistant knows its own voice: words heard while it speaks, or just after, that repeat what it just
+said are its echo, not the caller. The net under the canceller (a new room, a delay past its reach, a
+client whose loudspeaker the server cannot hear), never instead of it.
+"""
+
+import re
+from collections import deque
+
+WINDOW_S = 4.0  # how long after a sentence played its words may still come back (delay, reverb, transcription)
+MATCH = 0.75  # the share of a transcript's words found in order in what was said that makes it an echo
+WORD = re.compile(r"[a-z0-9']+")
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(text.lower())
+
+
+class OwnVoice:
+    """The sentences the caller's loudspeaker played lately, and whether a transcript repeats them."""
+
+    def __init__(self) -> None:
+        self._said: deque[tuple[float, str]] = deque()  # (when its audio ends, sentence)
+
+    def played(self, text: str, end: float) -> None:
+        if self._said and self._said[-1][1] == text:  # the same sentence's next chunk
+            self._said[-1] = (max(end, self._said[-1][0]), text)
+        elif text:
+            self._said.append((end, text))
+
+    def cut(self, at: float) -> None:
+        """The caller's playback stopped at `at`: what was queued after it was never heard."""
+        self._said = deque((min(end, at), text) for end, text in self._said)
+
+    def is_echo(self, transcript: str, now: float) -> bool:
+        while self._said and self._said[0][0] < now - WINDOW_S:
+            self._said.popleft()
+        heard = words(transcript)
+        if not heard or not self._said:
+            return False
+        said = words(" ".join(text for _, text in self._said))
+        return in_order(heard, said) >= MATCH * len(heard)
+
+
+def in_order(heard: list[str], said: list[str]) -> int:
+    """How many of `heard` appear in `said` in the same order (their longest common subsequence)."""
+    row = [0] * (len(said) + 1)
+    for word in heard:
+        previous = 0
+        for j, other in enumerate(said, 1):
+            previous, row[j] = row[j], previous + 1 if word == other else max(row[j], row[j - 1])
+    return row[-1]
