@@ -9,6 +9,7 @@
 //   knobs.js            the scheduler's knobs, their ranges and values from the server
 //   turns.js            the turn-taking mode, and the Reply button of manual turns
 //   calculator.js       the built-in tool example: a calculator the assistant calls, run in the page
+//   echo.js             the server's echo canceller: off by default here (the browser's runs), a box to turn it on
 //   scheduler-panel.js  the live charts of scheduler.stats
 //   mic-control.js      the Start talking button and the level meter
 //   ui.js               element lookup, the error banner, number formats
@@ -16,6 +17,7 @@
 import { FRAME_SAMPLES, INPUT_RATE } from "./audio.js";
 import { connect, closedForIdle, sendJson, setConn, setReceiver } from "./connection.js";
 import * as calculator from "./calculator.js";
+import * as echo from "./echo.js";
 import * as conversation from "./conversation.js";
 import * as knobs from "./knobs.js";
 import * as turns from "./turns.js";
@@ -48,6 +50,7 @@ const handlers = {
     const stats = ev.stats || {};
     onStats(stats);
     knobs.fromStats(stats.config || {});
+    echo.fromStats(stats.audio_input);
   },
   [ServerEvent.ERROR](ev) {
     const e = ev.error || {};
@@ -78,6 +81,8 @@ function applySession(session, created) {
   knobs.fromSession(s, created);
   turns.fromSession(s);
   calculator.fromSession(s);
+  if (created) echo.created(s);
+  echo.fromSession(s);
   showSession(s);
 }
 

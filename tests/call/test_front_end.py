@@ -174,3 +174,13 @@ async def test_a_session_update_turns_the_suppressor_on_and_off_in_the_audio_the
         assert call.client.of("session.updated")
     finally:
         await call.close()
+
+
+def test_audio_sent_faster_than_real_time_is_no_live_microphone():
+    near = NearEnd()
+    near.feed(320, 100.0)
+    assert near.live
+    near.feed(16000, 100.01)  # a second of audio in 10 ms
+    assert not near.live
+    near.feed(320, 101.0)
+    assert near.live

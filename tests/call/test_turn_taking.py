@@ -14,6 +14,7 @@ from voicepipe.protocol import ServerEvent
 from voicepipe.turns.detection import TurnDetection
 from voicepipe.turns.end_of_turn import is_backchannel, judge_prompt, sentence_end_tokens, unpunctuated
 from voicepipe.turns.endpointer import SAMPLE_RATE, WINDOW, Boundary
+from voicepipe.turns.vad_stage import VADStage
 
 
 class ScriptedEndpointer:
@@ -55,7 +56,7 @@ def speech(windows: int, pause: bool = False) -> list[Boundary]:
 
 def scripted(call: Call, script: list[list[Boundary]]) -> ScriptedEndpointer:
     endpointer = ScriptedEndpointer(call.config.turn_detection, script)
-    call.pipeline.stages[0].endpointer = endpointer
+    call.stage(VADStage).endpointer = endpointer
     return endpointer
 
 

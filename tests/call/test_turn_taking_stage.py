@@ -87,3 +87,12 @@ async def test_words_that_repeat_what_the_assistant_just_said_are_its_echo_never
     down, _ = await run_stage(stage(), [SpeechStarted("item_4", 0, now), SpeechStopped("item_4", 900, now, 100),
                                         final("item_4", "There are no")])
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # nothing was said: not an echo
+
+
+def test_a_question_about_the_reply_brings_words_of_its_own_and_is_no_echo():
+    from voicepipe.turns.own_voice import OwnVoice
+
+    own = OwnVoice()
+    own.played("Paris is the capital of France.", time.monotonic())
+    assert not own.is_echo("What is the capital of France?", time.monotonic())
+    assert own.is_echo("the capital of France", time.monotonic())

@@ -82,3 +82,27 @@ def test_under_manual_turns_all_audio_is_the_utterance_until_commit(speech):
     assert sum(len(b.audio) for b in found if b.kind == "audio") == len(audio) // 512 * 512  # silence too
     stop = endpointer.commit()
     assert [b.kind for b in stop] == ["stop"] and endpointer.commit() == []
+
+
+class Scores:
+    """A stand-in for the VAD's model: the scores given, one per window."""
+
+    def __init__(self, scores: list[float]) -> None:
+        self.scores = iter(scores)
+
+    def __call__(self, window: np.ndarray) -> float:
+        return next(self.scores)
+
+
+def test_the_threshold_follows_a_steady_noise_floor_so_noise_neither_starts_nor_holds_a_turn():
+    from voicepipe.turns.endpointer import WINDOW
+
+    noisy = [0.45] * 200 + [0.6] * 10 + [0.95] * 20 + [0.55] * 40
+    endpointer = Endpointer(TurnDetection(type="server_vad"), vad=Scores(noisy))
+    found = endpointer.feed(np.zeros(len(noisy) * WINDOW, np.float32))
+    assert endpointer.threshold > 0.75  # 0.45 of noise, and the margin over it
+    kinds = [b.kind for b in found if b.kind != "audio"]
+    assert kinds[0] == "start" and kinds[-1] == "stop"  # the speech, not the 0.6 of noise, started it; the
+    assert found[0].position >= 210 * WINDOW - 320 * 16  # noise after it did not hold the turn open
+    quiet = Endpointer(TurnDetection(type="server_vad"), vad=Scores([0.02] * 100 + [0.6] * 5))
+    assert [b.kind for b in quiet.feed(np.zeros(105 * WINDOW, np.float32))][:1] == ["start"]  # quiet: 0.5 holds

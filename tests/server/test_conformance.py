@@ -30,9 +30,10 @@ CALL = tools.call_text("multiply", '{"a": 37, "b": 43}')
 MULTIPLY = {"type": "function", "name": "multiply", "parameters": {"type": "object", "properties": {
     "a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}
 # This server's own additions, documented in DESIGN.md (Protocol): the session's scheduler knobs and limits,
+# whether its echo canceller runs (docs/audio-front-end.md),
 # a reply's timings, waterfall and deadline verdict; `id` and `object` on a session, as the Realtime API
 # itself sends.
-EXTENSIONS = {"session.id", "session.object", "session.scheduler", "session.limits",
+EXTENSIONS = {"session.id", "session.object", "session.scheduler", "session.limits", "session.echo_cancellation",
               "response.timings", "response.waterfall", "response.deadline_met", "response.underruns"}
 SEEN_AT_LEAST = {"session.created", "session.updated", "input_audio_buffer.speech_started",
                  "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",

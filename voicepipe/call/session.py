@@ -56,8 +56,9 @@ class Session:
         if front is not None:
             front.config = self.config
             front.configure()
+        self.front = front or AudioFrontEnd(self.config)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe,
-                                       front)
+                                       self.front)
         self._send_lock = asyncio.Lock()
         self._responses: set[str] = set()  # response.created sent, response.done not yet
         self._cause: str | None = None  # the event_id of the client event being handled
@@ -245,7 +246,14 @@ class Session:
                 stats = await page_stats(self.runtime)
             except EngineUnavailable:
                 continue  # restarting: the page hears again when it is back
-            await self.send(server_events.scheduler_stats(stats))
+            await self.send(server_events.scheduler_stats({**stats, "audio_input": self.audio_state()}))
+
+    def audio_state(self) -> dict:
+        """This call's audio front end as the page shows it: what runs, and the echo it removed (dB)."""
+        front = self.front
+        erle = front.echo.erle_db()
+        return {"echo_cancellation": self.config.echo_cancellation, "noise_reduction": self.config.noise_reduction,
+                "echo_return_loss_enhancement_db": None if erle is None else round(erle, 1)}
 
 
 async def page_stats(runtime: Runtime) -> dict:

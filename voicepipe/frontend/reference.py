@@ -17,6 +17,7 @@ RATE = 16000
 KEEP_S = 8.0  # far-end audio older than this can no longer be in the microphone
 DRIFT = 0.002  # how fast the near end's clock may run slow against ours (0.2%) before it is re-anchored
 REANCHOR_S = 0.5  # a gap in the microphone stream longer than this (a muted client) starts a new anchor
+BURST_S = 0.25  # audio arriving this far ahead of real time is no live microphone's (a file streamed fast)
 
 
 class FarEnd:
@@ -59,11 +60,17 @@ class NearEnd:
     def __init__(self) -> None:
         self.fed = 0  # samples received so far
         self.origin: float | None = None  # when stream position 0 was recorded
+        self.live = True  # the last samples came no faster than a microphone records them
+        self._recent: deque[tuple[float, float]] = deque()  # (arrival, offset) over the last seconds
 
     def feed(self, n: int, now: float) -> float:
         """`n` samples arrived at `now`: when the first of them was recorded."""
         self.fed += n
         offset = now - self.fed / RATE  # position 0's time, were these samples recorded just now
+        self._recent.append((now, offset))
+        while self._recent[0][0] < now - 2.0:
+            self._recent.popleft()
+        self.live = offset > max(o for _, o in self._recent) - BURST_S  # not ahead of where it ran lately
         if self.origin is None or offset < self.origin or offset - self.origin > REANCHOR_S:
             self.origin = offset
         else:  # later than before: the client's clock runs slow, or the network grew slower; follow slowly

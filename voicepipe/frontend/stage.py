@@ -33,7 +33,7 @@ class EchoReport:
             before = float(np.mean(np.square(near[: len(out)], dtype=np.float64)))
             after = float(np.mean(np.square(out, dtype=np.float64)))
             if before > 1e-8:
-                self._ratios.append(10 * np.log10(before / max(after, 1e-12)))
+                self._ratios.append(min(60.0, 10 * np.log10(before / max(after, 1e-12))))  # a gated frame: 60
                 del self._ratios[:-500]
 
     def erle_db(self) -> float | None:
@@ -59,7 +59,9 @@ class AudioFrontEnd:
         start = self.near.feed(len(samples), self.clock())
         if not self.processing.active:
             return samples
-        far = self.far.read(start, len(samples)) if self.processing.echo \
+        # Audio sent faster than real time was recorded before it came (a file, a test): no loudspeaker played
+        # into it that the server's clock could place, so there is nothing to cancel.
+        far = self.far.read(start, len(samples)) if self.processing.echo and self.near.live \
             else np.zeros(len(samples), np.float32)
         out = self.processing.process(samples, far)
         if self.processing.echo and np.any(far):

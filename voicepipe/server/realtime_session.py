@@ -44,8 +44,9 @@ def native_update(session: Any) -> dict:
     _check_format(outputs.get("format", session.get("output_audio_format")), "output")
     if "noise_reduction" in inputs or "input_audio_noise_reduction" in session:
         native["noise_reduction"] = inputs.get("noise_reduction", session.get("input_audio_noise_reduction"))
-    if "echo_cancellation" in inputs:  # this server's own field: false where the client cancels echo itself
-        native["echo_cancellation"] = inputs["echo_cancellation"]
+    if "echo_cancellation" in session or "echo_cancellation" in inputs:  # this server's own: false where the
+        native["echo_cancellation"] = session.get("echo_cancellation", inputs.get("echo_cancellation"))  # client
+        # cancels echo itself (top level, as it reports it, or in audio.input)
     ignored += [f"audio.input.{k}" for k in inputs if k not in INPUT_FIELDS]
     ignored += [f"audio.output.{k}" for k in outputs if k != "format"]
     detection = inputs["turn_detection"] if "turn_detection" in inputs else session.get("turn_detection")
@@ -56,7 +57,7 @@ def native_update(session: Any) -> dict:
         if isinstance(detection, dict):
             ignored += [f"turn_detection.{k}" for k in detection if k not in VAD_FIELDS]
     unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio", "tools",
-                                               "tool_choice", "input_audio_noise_reduction",
+                                               "tool_choice", "input_audio_noise_reduction", "echo_cancellation",
                                                "output_modalities", "modalities",
                                                "input_audio_format", "output_audio_format", "turn_detection")]
     if ignored or unknown:
@@ -85,7 +86,8 @@ def ga_session(native: dict, model: str, beta: bool) -> dict:
         vad = {k: v for k, v in vad.items() if k in SEMANTIC_FIELDS}
     common = {"id": native["id"], "object": "realtime.session", "model": model,
               "instructions": native["instructions"], "tools": native["tools"], "tool_choice": native["tool_choice"],
-              "scheduler": native["scheduler"], "limits": native["limits"]}
+              "scheduler": native["scheduler"], "limits": native["limits"],
+              "echo_cancellation": native["echo_cancellation"]}  # this server's own, beside its scheduler
     if beta:
         spoken = native["output_modalities"] == ["audio"]
         return {**common, "modalities": ["audio", "text"] if spoken else ["text"], "voice": "piper",
@@ -94,8 +96,7 @@ def ga_session(native: dict, model: str, beta: bool) -> dict:
     pcm = {"type": "audio/pcm", "rate": RATE}
     return {**common, "type": "realtime", "output_modalities": native["output_modalities"],
             "audio": {"input": {"format": pcm, "turn_detection": vad, "transcription": {"model": "whisper"},
-                                "noise_reduction": native["noise_reduction"],
-                                "echo_cancellation": native["echo_cancellation"]},
+                                "noise_reduction": native["noise_reduction"]},
                       "output": {"format": pcm, "voice": "piper", "speed": 1.0}},
             "max_output_tokens": "inf", "tracing": None,
             "truncation": "auto"}

@@ -59,6 +59,8 @@ class ServeSettings:
     instructions: str = DEFAULT_INSTRUCTIONS
     max_tokens: int = 96
     temperature: float = 0.0
+    echo_cancellation: bool = True  # each call's default; a client with its own canceller turns it off
+    noise_reduction: str = "off"  # off, near_field or far_field: each call's default
     drain_s: float = 30.0  # after SIGTERM, how long running replies may take to finish
     replicas: int = 0  # 0: one process; N: N replicas on Ray Serve (voicepipe.cluster)
     ray_address: str | None = None  # an existing Ray cluster to deploy on; None: start one on this machine
@@ -80,7 +82,8 @@ class ServeSettings:
         from voicepipe.pipeline import CallConfig
 
         return CallConfig(instructions=self.instructions, ttfa_s=self.ttfa_deadline, max_tokens=self.max_tokens,
-                          temperature=self.temperature)
+                          temperature=self.temperature, echo_cancellation=self.echo_cancellation,
+                          noise_reduction=None if self.noise_reduction == "off" else self.noise_reduction)
 
     def security(self) -> Security:
         """Who may use the server: the key, the other origins allowed, and (on a loopback bind) the check
@@ -161,6 +164,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
     "replicas": _not_negative, "ray_address": _not_empty,
+    "noise_reduction": _one_of(("off", "near_field", "far_field")),
     "policy": _one_of(call_policies()), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
 }

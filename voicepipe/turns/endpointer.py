@@ -27,6 +27,12 @@ WINDOW = 512  # samples per Silero window at 16 kHz (32 ms)
 CONTEXT = 64  # samples of the previous window the model sees before each window
 WINDOW_MS = 1000 * WINDOW // SAMPLE_RATE
 HYSTERESIS = 0.15  # once speaking, speech continues down to threshold - HYSTERESIS (as Silero does)
+# The threshold follows the noise floor: the VAD's mean score over the silence between utterances (FLOOR_S
+# of it, weighted to the recent), plus FLOOR_MARGIN, when that is above the set threshold. A steady noise
+# that scores 0.3 then neither starts an utterance nor holds one open; speech scores 0.9 and more.
+FLOOR_S = 3.0
+FLOOR_MARGIN = 0.35
+MAX_THRESHOLD = 0.85
 
 
 def silero_model_path() -> Path:
@@ -115,6 +121,7 @@ class Endpointer:
         self._paused = False
         self._quiet = False  # the quiet boundary of this silence was reported
         self._limit_ms: int | None = None  # a silence limit for this pause, from `end_after`
+        self.noise_floor = 0.0  # the VAD's mean score between utterances
 
     @property
     def fed(self) -> int:
@@ -156,18 +163,25 @@ class Endpointer:
         self._prefix.clear()
         return dropped
 
+    @property
+    def threshold(self) -> float:
+        """The threshold in force: the setting's, or above the noise floor where that is higher."""
+        return max(self.settings.threshold, min(MAX_THRESHOLD, self.noise_floor + FLOOR_MARGIN))
+
     def _window(self, window: np.ndarray) -> list[Boundary]:
         prob = self.vad(window)
         self._position += WINDOW
         s = self.settings
+        threshold = self.threshold
         if self._state == "idle":
-            if prob >= s.threshold or s.manual:
+            if prob >= threshold or s.manual:
                 return self._start(window)
+            self.noise_floor += (prob - self.noise_floor) * WINDOW_MS / (FLOOR_S * 1000)
             self._prefix.append(window)
             while len(self._prefix) * WINDOW_MS > s.prefix_padding_ms:
                 self._prefix.popleft()
             return []
-        speech = prob >= max(0.01, s.threshold - HYSTERESIS)
+        speech = prob >= max(0.01, threshold - HYSTERESIS)
         self._silent = 0 if speech else self._silent + 1
         if self._state == "cut":
             if self._silent * WINDOW_MS >= s.max_silence_ms or s.manual:

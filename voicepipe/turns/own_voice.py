@@ -7,7 +7,10 @@ import re
 from collections import deque
 
 WINDOW_S = 4.0  # how long after a sentence played its words may still come back (delay, reverb, transcription)
-MATCH = 0.75  # the share of a transcript's words found in order in what was said that makes it an echo
+# An echo is a fragment of what was said: every word of it in order, but for one in MISS_EVERY (a word the
+# ASR got wrong). A caller who asks about the reply ("What is the capital of France?" after "Paris is the
+# capital of France.") brings a word of their own, and is heard.
+MISS_EVERY = 8
 WORD = re.compile(r"[a-z0-9']+")
 
 
@@ -38,7 +41,7 @@ class OwnVoice:
         if not heard or not self._said:
             return False
         said = words(" ".join(text for _, text in self._said))
-        return in_order(heard, said) >= MATCH * len(heard)
+        return in_order(heard, said) >= len(heard) - len(heard) // MISS_EVERY
 
 
 def in_order(heard: list[str], said: list[str]) -> int:
