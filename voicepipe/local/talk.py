@@ -8,7 +8,7 @@ speaker's callback drains. Both callbacks run on PortAudio's threads and only co
 Both streams run at their device's own rate, resampled here to and from the call's rates, so no device
 has to support 16 kHz or the voice's rate. The microphone also hears the assistant through the speakers:
 the call's echo canceller takes that out, its far end fed by the speaker's callback with exactly what it
-played and when (no guessing from a playback clock), so no headphones are needed.
+played and when (no guessing from a playback clock).
 """
 
 import asyncio
