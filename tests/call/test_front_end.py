@@ -14,6 +14,7 @@ from support.fake_call import Call
 
 from voicepipe.audio import read_audio
 from voicepipe.bench.room import Room, active_rms, at_snr, noise
+from voicepipe.bench.speakerphone import Loudspeaker
 from voicepipe.frontend.processing import AudioProcessing
 from voicepipe.frontend.reference import FarEnd, NearEnd
 from voicepipe.frontend.stage import FrontEndStage
@@ -39,56 +40,34 @@ class VoiceTTS:
 
 
 class Caller:
-    """A speakerphone: what the client received plays from its arrival (after what was queued before),
-    stops when the server says playback was cleared, and comes back through `room` into the microphone,
-    with the caller's own `speech` (if any) from `speech_at` seconds."""
+    """A speakerphone on the call (voicepipe.bench.speakerphone), with the caller's own `speech` (if any)
+    from `speech_at` seconds, sending 20 ms at a time in real time."""
 
-    def __init__(self, call: Call, room: Room, speech: np.ndarray | None = None, speech_at: float = 0.0,
-                 noise_db: float | None = None) -> None:
-        self.call, self.room, self.speech, self.speech_at = call, room, speech, speech_at
-        self.response = room.impulse_response()
-        heard = np.convolve(VoiceTTS.audio(), self.response)  # the echo's level against a voice at 0.1 RMS
-        self.gain = 0.1 * 10 ** (room.echo_db / 20) / active_rms(heard)
-        self.played = np.zeros(0, np.float32)  # the loudspeaker's output, from the call's start
-        self.queue_end = 0  # where the queued audio ends, in samples of `played`
+    def __init__(self, call: Call, room: Room, speech: np.ndarray | None = None, speech_at: float = 0.0) -> None:
+        self.call, self.speech, self.speech_at = call, speech, speech_at
+        self.speaker = Loudspeaker(room, 0.1, active_rms(VoiceTTS.audio()))
         self.seen = 0  # client messages read so far
-        self.noise = None if noise_db is None else at_snr(noise("pink", 30.0, seed=3), 0.1, noise_db)
 
-    def _receive(self, now_sample: int) -> None:
-        messages = self.call.client.messages
-        for message in messages[self.seen:]:
+    def _receive(self, at: int) -> None:
+        for message in self.call.client.messages[self.seen:]:
             if isinstance(message, bytes):
-                pcm = np.frombuffer(message, "<i2").astype(np.float32) / 32768.0
-                start = max(now_sample, self.queue_end)
-                end = start + len(pcm)
-                if len(self.played) < end:
-                    self.played = np.concatenate([self.played, np.zeros(end - len(self.played), np.float32)])
-                self.played[start:end] = pcm
-                self.queue_end = end
+                self.speaker.receive(np.frombuffer(message, "<i2"), RATE, at)
             elif message.get("type") == "output_audio_buffer.cleared":
-                self.played = self.played[:now_sample]  # the client drops what it had queued
-                self.queue_end = now_sample
-        self.seen = len(messages)
+                self.speaker.clear(at)
+        self.seen = len(self.call.client.messages)
 
     async def talk(self, seconds: float) -> None:
-        t0 = time.monotonic()
-        sent = 0
+        t0, sent = time.monotonic(), 0
         while sent < seconds * RATE:
             await asyncio.sleep(max(0.0, t0 + (sent + FRAME) / RATE - time.monotonic()))
-            self._receive(sent + FRAME)
             end = sent + FRAME
-            window = np.zeros(len(self.response) + FRAME, np.float32)
-            lo = max(0, end - len(window))
-            window[len(window) - (end - lo):] = self.played[lo:end] if end <= len(self.played) else np.concatenate(
-                [self.played[lo:], np.zeros(end - max(lo, len(self.played)), np.float32)])[-(end - lo):]
-            mic = np.convolve(window, self.response)[len(self.response) - 1: len(window)][-FRAME:] * self.gain
+            self._receive(end)
+            mic = self.speaker.echo(end, FRAME)
             if self.speech is not None:
                 at = int(self.speech_at * RATE)
                 part = self.speech[max(0, sent - at): max(0, end - at)]
-                mic[FRAME - len(part):] += part if sent >= at else 0
-            if self.noise is not None:
-                mic += self.noise[sent:end]
-            self.call.pipeline.push(AudioIn(mic.astype(np.float32)))
+                mic[FRAME - len(part):] += part
+            self.call.pipeline.push(AudioIn(mic))
             sent = end
 
 
@@ -184,3 +163,33 @@ def test_audio_sent_faster_than_real_time_is_no_live_microphone():
     assert not near.live
     near.feed(320, 101.0)
     assert near.live
+
+
+def test_the_speakerphone_echoes_what_it_played_after_the_rooms_delay_and_stops_when_cleared():
+    speaker = Loudspeaker(Room(delay_ms=100, rt60_s=0.2, echo_db=0.0, seed=2), 0.1, 0.1)
+    click = np.zeros(3200, np.int16)
+    click[0] = 16000
+    speaker.receive(click, RATE, at=1600)
+    echo = speaker.echo(8000, 8000)
+    assert np.argmax(np.abs(echo)) == 1600 + 1600  # played at 0.1 s, heard 100 ms later
+    speaker.receive(click, RATE, at=2000)  # queued behind the first
+    assert speaker.queue_end == 1600 + 6400
+    speaker.clear(2400)
+    assert not speaker.playing(2400) and np.abs(speaker.echo(12000, 4000)).max() < 1e-3
+
+
+def test_with_no_echo_path_a_caller_over_the_reply_is_kept_whole():
+    """Headphones, or a client with its own canceller: the loudspeaker is never heard, and the canceller,
+    which starts out assuming an echo, must not eat the caller's words."""
+    rng = np.random.default_rng(0)
+    reply = np.tile(VOICE, 4) * np.float32(0.3 / active_rms(VOICE))
+    far = np.concatenate([np.zeros(2 * RATE, np.float32), reply])
+    near = (rng.standard_normal(len(far)) * 0.001).astype(np.float32)
+    caller = VOICE[::-1] * np.float32(0.1 / active_rms(VOICE))
+    at = 5 * RATE
+    near[at:at + len(caller)] += caller
+    processing = AudioProcessing(echo=True, noise=None)
+    out = np.concatenate([processing.process(near[i:i + 160], far[i:i + 160]) for i in range(0, len(near), 160)])
+    assert not processing.path.present
+    kept = active_rms(out[at:at + len(caller)]) / active_rms(near[at:at + len(caller)])
+    assert kept > 0.7  # within 3 dB

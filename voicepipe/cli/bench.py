@@ -264,6 +264,41 @@ def run_mixed_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_room_arguments(parser: argparse.ArgumentParser) -> None:
+    from voicepipe.bench.room_bench import CASES
+
+    parser.add_argument("--rooms", default="all", help="comma-separated numbers of the rooms to run, from 1 "
+                        "(default all: " + "; ".join(f"{i} {c.name}" for i, c in enumerate(CASES, 1)) + ")")
+    add_json_argument(parser)
+    add_llm_model_arguments(parser)
+
+
+def run_room_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from voicepipe.backends.loading import ModelOptions
+    from voicepipe.bench.room_bench import CASES, bench_room, print_room, reply_level_of
+
+    cases = CASES if args.rooms == "all" else [CASES[int(i) - 1] for i in args.rooms.split(",")]
+    options = ModelOptions.pick(vars(args))
+
+    async def run() -> dict:
+        from voicepipe.call.runtime import Runtime
+
+        runtime = await Runtime.spawn(options)
+        try:
+            return await bench_room(runtime, cases, reply_level_of(options))
+        finally:
+            await runtime.close()
+
+    report = asyncio.run(run())
+    report["machine"] = machine()
+    print_room(report)
+    if args.json:
+        save(report, args.json)
+    return 0
+
+
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
     versus = " vs ".join(call_policies())
@@ -281,6 +316,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         (add_decode_arguments, "decode", "where a decode step's time goes, part by part, at fixed batches"),
         (add_json_argument, "convoy", "the same model steps alone and beside a busy server, the engine on a "
                                       "thread and in its own process"),
+        (add_room_arguments, "room", "a speakerphone caller in synthetic rooms (echo, noise), the audio front end "
+                                     "on and off"),
         (add_soak_arguments, "soak", "calls, text, tools, structured outputs, hostile clients and schemas together "
                                      "for N minutes: what server and engine hold at start and end, on-time rate"),
     ]
@@ -294,5 +331,5 @@ def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
             "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
             "turns": run_turns_bench, "grammar": run_grammar_bench, "soak": run_soak_bench,
-            "decode": run_decode_bench}
+            "decode": run_decode_bench, "room": run_room_bench}
     return runs[args.bench](args)

@@ -1,0 +1,274 @@
+"""`voicepipe bench room`: a speakerphone caller in synthetic rooms, over the real websocket, to a real
+server with the default models, with the audio front end on and off.
+
+The caller (espeak-ng's voice, unlike the assistant's Piper voice) asks the questions one at a time. Its
+microphone hears its own voice, what its loudspeaker plays of the replies through the room
+(`voicepipe.bench.speakerphone`), and the room's noise; it sends all of that in real time. In one turn of
+each room it speaks over the reply a second after it starts (a real interruption). Reported per room:
+questions heard and their word error, replies, false barge-ins (the reply's audio cleared while the
+caller was silent), phantom transcripts (an utterance heard while the caller was silent), interruptions
+caught within 300 ms of their onset, first audio from the question's last word, and the front end's CPU
+per call (the front end run again over the call's recorded microphone and loudspeaker audio).
+"""
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import websockets
+
+from voicepipe.audio import to_pcm16
+from voicepipe.bench.engine_modes import percentile
+from voicepipe.bench.room import RATE, Room, active_rms, at_snr, noise
+from voicepipe.bench.speakerphone import Loudspeaker
+from voicepipe.bench.turn_set import espeak_audio
+from voicepipe.call.limits import Limits
+from voicepipe.call.runtime import Runtime
+from voicepipe.frontend.processing import AudioProcessing
+from voicepipe.pipeline import CallConfig
+from voicepipe.server import VoiceServer
+
+QUESTIONS = ["What is the capital of Italy?", "How many legs does a spider have?", "What colour is the sky?",
+             "What do bees make?", "How many days are in a week?", "What is the capital of Japan?"]
+INTERRUPTION = "Stop, tell me about cats instead."
+BABBLE = ["The meeting starts at nine tomorrow morning.", "I think we should paint the kitchen blue.",
+          "Have you seen the new film at the cinema?", "The train was late again this evening.",
+          "She bought three apples and a loaf of bread.", "Turn left after the bridge and keep going."]
+FRAME = RATE // 50
+VOICE_RMS = 0.1  # the caller's voice at the microphone (-20 dBFS)
+
+
+@dataclass(frozen=True)
+class RoomCase:
+    name: str
+    room: Room | None = None  # None: no echo
+    noise: str | None = None
+    snr_db: float = 20.0
+
+
+CASES = [
+    RoomCase("quiet"),
+    RoomCase("echo +6 dB, 120 ms, RT60 0.45 s", Room(120, 0.45, 6.0, 1)),
+    RoomCase("echo +0 dB, 40 ms, RT60 0.3 s", Room(40, 0.3, 0.0, 2)),
+    RoomCase("echo +6 dB, 250 ms, RT60 0.5 s", Room(250, 0.5, 6.0, 3)),
+    RoomCase("pink noise, 10 dB SNR", noise="pink", snr_db=10.0),
+    RoomCase("babble, 10 dB SNR", noise="babble", snr_db=10.0),
+    RoomCase("echo -6 dB, 200 ms + pink 15 dB", Room(200, 0.45, -6.0, 4), "pink", 15.0),
+]
+
+
+@dataclass
+class Heard:
+    """What one call of the bench saw, in microphone samples from its start."""
+
+    spoken: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, text) the caller said
+    events: list[tuple[int, dict]] = field(default_factory=list)  # (sample, server event)
+    first_audio: list[int] = field(default_factory=list)  # samples at which a reply's first audio arrived
+    mic: list[np.ndarray] = field(default_factory=list)
+    far: list[np.ndarray] = field(default_factory=list)
+
+
+class SpeakerphoneCaller:
+    """One call: the microphone loop (voice + echo + noise, 20 ms at a time, in real time) and the reader."""
+
+    def __init__(self, ws, case: RoomCase, reply_rms: float, voices: list[np.ndarray]) -> None:
+        self.ws, self.case = ws, case
+        self.speaker = Loudspeaker(case.room, VOICE_RMS, reply_rms) if case.room else None
+        self.noise = at_snr(noise(case.noise, 240.0, seed=7, voices=voices), VOICE_RMS, case.snr_db) \
+            if case.noise else None
+        self.heard = Heard()
+        self.sent = 0
+        self._voice = np.zeros(0, np.float32)  # queued speech
+        self._voice_at = 0
+        self._rate = 22050
+        self._awaiting_audio = False
+        self._t0 = time.monotonic()
+
+    def say(self, speech: np.ndarray, text: str) -> tuple[int, int]:
+        start = max(self.sent, self._voice_at + len(self._voice))
+        self._voice = np.concatenate([np.zeros(start - self._voice_at - len(self._voice), np.float32)
+                                      if start > self._voice_at + len(self._voice) else np.zeros(0, np.float32),
+                                      self._voice, speech * np.float32(VOICE_RMS / active_rms(speech))])
+        self.heard.spoken.append((start, start + len(speech), text))
+        self._awaiting_audio = True
+        return start, start + len(speech)
+
+    async def microphone(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.0, self._t0 + (self.sent + FRAME) / RATE - time.monotonic()))
+            end = self.sent + FRAME
+            mic = np.zeros(FRAME, np.float32)
+            lo = self.sent - self._voice_at
+            if lo < len(self._voice):
+                part = self._voice[max(0, lo): lo + FRAME]
+                mic[max(0, -lo): max(0, -lo) + len(part)] += part
+            if self.speaker is not None:
+                mic += self.speaker.echo(end, FRAME)
+                self.heard.far.append(self.speaker.played[self.sent:end].copy())
+            if self.noise is not None:
+                mic += self.noise[self.sent % len(self.noise):][:FRAME]
+            self.heard.mic.append(mic)
+            await self.ws.send(to_pcm16(mic).tobytes())
+            self.sent = end
+
+    async def read(self) -> None:
+        async for message in self.ws:
+            if isinstance(message, bytes):
+                if self._awaiting_audio:
+                    self.heard.first_audio.append(self.sent)
+                    self._awaiting_audio = False
+                if self.speaker is not None:
+                    self.speaker.receive(np.frombuffer(message, "<i2"), self._rate, self.sent)
+                continue
+            event = json.loads(message)
+            self.heard.events.append((self.sent, event))
+            if event["type"] == "response.audio.delta":
+                self._rate = event["sample_rate"]
+            elif event["type"] == "output_audio_buffer.cleared" and self.speaker is not None:
+                self.speaker.clear(self.sent)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for _, e in self.heard.events if e["type"] == kind)
+
+    async def until(self, kind: str, after: int, timeout_s: float) -> bool:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if any(at >= after and e["type"] == kind for at, e in self.heard.events):
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+
+async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.ndarray], interruption: np.ndarray,
+                   reply_rms: float, voices: list[np.ndarray]) -> dict:
+    async with websockets.connect(url, max_size=None) as ws:
+        caller = SpeakerphoneCaller(ws, case, reply_rms, voices)
+        tasks = [asyncio.create_task(caller.microphone()), asyncio.create_task(caller.read())]
+        try:
+            await ws.send(json.dumps({"type": "session.update", "session": {
+                "echo_cancellation": front, "noise_reduction": {"type": "far_field"} if front and case.noise
+                else None, "turn_detection": {"type": "server_vad"}}}))
+            await asyncio.sleep(1.0)
+            onsets = []
+            for i, (speech, text) in enumerate(zip(questions, QUESTIONS, strict=True)):
+                _, end = caller.say(speech, text)
+                await caller.until("response.done", end, 25.0)
+                if i == 3:  # a real interruption: over the next reply, a second into its audio
+                    _, end = caller.say(questions[0], QUESTIONS[0])
+                    await caller.until("response.audio.delta", end, 15.0)
+                    await asyncio.sleep(1.0)
+                    start, end = caller.say(interruption, INTERRUPTION)
+                    onsets.append(start)
+                    await caller.until("response.done", end, 25.0)
+                await asyncio.sleep(2.0)  # the echo's tail, and a pause before the next question
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return figures(caller, onsets, front)
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def word_errors(said: str, heard: str) -> tuple[int, int]:
+    """Word-level edit distance and the length of `said`."""
+    a, b = words(said), words(heard)
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1], len(a)
+
+
+def figures(caller: SpeakerphoneCaller, onsets: list[int], front: bool) -> dict:
+    h = caller.heard
+    spoken = h.spoken
+
+    def speaking(at: int, margin: int = RATE) -> tuple[int, int, str] | None:
+        return next((s for s in spoken if s[0] - RATE // 4 <= at <= s[1] + margin), None)
+
+    starts = [at for at, e in h.events if e["type"] == "input_audio_buffer.speech_started"]
+    transcripts = [(at, e["transcript"]) for at, e in h.events
+                   if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    cleared = [at for at, e in h.events if e["type"] == "output_audio_buffer.cleared"]
+    errors = total = heard = 0
+    for start, end, text in spoken:
+        if text == INTERRUPTION:
+            continue
+        said = " ".join(t for at, t in transcripts if start <= at <= end + 3 * RATE)
+        e, n = word_errors(text, said)
+        errors, total = errors + min(e, n), total + n
+        heard += e <= n // 3
+    caught = [next((c - o for c in cleared if o <= c <= o + 2 * RATE), None) for o in onsets]
+    ttfa = []
+    for _, end, _ in spoken:
+        first = next((a for a in h.first_audio if a > end), None)
+        if first is not None and first - end < 10 * RATE:
+            ttfa.append((first - end) / RATE)
+    cpu = front_end_cpu(h) if h.far else None
+    return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
+            "word_error": errors / max(1, total),
+            "replies": caller.count("response.created"),
+            "false_barge_ins": sum(1 for c in cleared if speaking(c, RATE // 2) is None),
+            "phantom_transcripts": sum(1 for at, _ in transcripts if speaking(at, 3 * RATE) is None),
+            "speech_started_while_silent": sum(1 for s in starts if speaking(s, 0) is None),
+            "interruptions_caught_300ms": sum(1 for c in caught if c is not None and c <= 0.3 * RATE),
+            "interruptions": len(onsets),
+            "interruption_stop_s": [None if c is None else c / RATE for c in caught],
+            "first_audio_p50_s": percentile(ttfa, 50) if ttfa else None, "front_end": front,
+            "front_end_cpu_ms_per_s": cpu}
+
+
+def front_end_cpu(h: Heard) -> float:
+    """The front end's CPU time per second of audio, run over the call's microphone and loudspeaker."""
+    mic, far = np.concatenate(h.mic), np.concatenate([np.pad(f, (0, FRAME - len(f))) for f in h.far])
+    processing = AudioProcessing(echo=True, noise="far_field")
+    t0 = time.process_time()
+    for i in range(0, len(mic), FRAME):
+        processing.process(mic[i:i + FRAME], far[i:i + FRAME])
+    return (time.process_time() - t0) / (len(mic) / RATE) * 1000
+
+
+async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_rms: float) -> dict:
+    questions = [espeak_audio("en-us", q) for q in QUESTIONS]
+    interruption = espeak_audio("en-us", INTERRUPTION)
+    voices = [espeak_audio(v, s) for v in ("en-gb", "en+f3", "en-us") for s in BABBLE]
+    server = VoiceServer(runtime, Limits(max_calls=1), call_config=CallConfig())
+    await server.start("127.0.0.1", 0)
+    report: dict = {"cases": {}}
+    try:
+        url = f"ws://127.0.0.1:{server.port}/ws"
+        for case in cases:
+            for front in (True, False):
+                result = await run_case(url, case, front, questions, interruption, reply_rms, voices)
+                report["cases"].setdefault(case.name, {})["on" if front else "off"] = result
+    finally:
+        await server.close()
+    return report
+
+
+def reply_level_of(options) -> float:
+    """The level the assistant's voice plays at: Piper's, over two of the questions."""
+    from voicepipe.backends.tts_piper import PiperTTS
+
+    tts = PiperTTS(options.tts_model if options.tts == "piper" else None)
+    return active_rms(np.concatenate([np.concatenate(list(tts.synthesize(q))).astype(np.float32) / 32768.0
+                                      for q in QUESTIONS[:2]]))
+
+
+def print_room(report: dict) -> None:
+    print(f"{'room':34} {'front end':9} {'heard':>6} {'WER':>5} {'replies':>8} {'false b-i':>9} {'phantom':>7} "
+          f"{'interrupt':>9} {'first audio':>11} {'CPU ms/s':>8}")
+    for name, runs in report["cases"].items():
+        for which, r in runs.items():
+            fa = "-" if r["first_audio_p50_s"] is None else f"{r['first_audio_p50_s']:.2f} s"
+            cpu = "-" if r["front_end_cpu_ms_per_s"] is None else f"{r['front_end_cpu_ms_per_s']:.1f}"
+            print(f"{name:34} {which:9} {r['heard']:>3}/{r['questions']:<2} {r['word_error']:5.2f} "
+                  f"{r['replies']:>4}/{r['utterances']:<3} {r['false_barge_ins']:>9} {r['phantom_transcripts']:>7} "
+                  f"{r['interruptions_caught_300ms']:>7}/{r['interruptions']} {fa:>11} {cpu:>8}")

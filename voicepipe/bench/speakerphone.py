@@ -1,0 +1,59 @@
+"""A speakerphone: what its loudspeaker plays of the reply audio, and what its microphone hears of that
+through a room. A stand-in for a real loudspeaker and microphone, which cannot exist here.
+
+The loudspeaker plays each chunk of reply audio from its arrival, after what is still queued, and drops
+its queue when the server says `output_audio_buffer.cleared`, as the protocol asks. Positions are in
+16 kHz samples of the microphone stream, from the call's start.
+"""
+
+import numpy as np
+
+from voicepipe.audio import resample
+from voicepipe.bench.room import RATE, Room, active_rms
+
+
+class Loudspeaker:
+    """`reply_rms`: the level the reply audio plays at (its voice's), so the echo comes back `room.echo_db`
+    from `voice_rms`, the caller's."""
+
+    def __init__(self, room: Room, voice_rms: float, reply_rms: float) -> None:
+        self.response = room.impulse_response()
+        path_gain = float(np.sqrt(np.sum(np.square(self.response, dtype=np.float64))))
+        self.gain = np.float32(voice_rms * 10 ** (room.echo_db / 20) / (reply_rms * path_gain))
+        self.played = np.zeros(0, np.float32)
+        self.queue_end = 0
+        self._size = 1 << int(np.ceil(np.log2(2 * len(self.response) + 2 * RATE)))  # FFT size for echo()
+        self._spectrum = np.fft.rfft(self.response, self._size)
+
+    def receive(self, pcm: np.ndarray, rate: int, at: int) -> None:
+        """Reply audio (PCM16 at `rate`) arrived when the microphone was at sample `at`."""
+        audio = resample(pcm.astype(np.float32) / 32768.0, rate, RATE) if rate != RATE else \
+            pcm.astype(np.float32) / 32768.0
+        start = max(at, self.queue_end)
+        end = start + len(audio)
+        if len(self.played) < end:
+            self.played = np.concatenate([self.played, np.zeros(end - len(self.played), np.float32)])
+        self.played[start:end] = audio
+        self.queue_end = end
+
+    def clear(self, at: int) -> None:
+        """The queue is dropped at sample `at`."""
+        self.played, self.queue_end = self.played[:at], at
+
+    def playing(self, at: int) -> bool:
+        return self.queue_end > at
+
+    def echo(self, end: int, n: int) -> np.ndarray:
+        """The `n` samples up to `end` the microphone hears of what the loudspeaker played."""
+        span = len(self.response) + n
+        window = np.zeros(span, np.float32)
+        lo = max(0, end - span)
+        part = self.played[lo:min(end, len(self.played))]
+        window[span - (end - lo): span - (end - lo) + len(part)] = part
+        heard = np.fft.irfft(np.fft.rfft(window, self._size) * self._spectrum, self._size)[span - n: span]
+        return heard.astype(np.float32) * self.gain
+
+
+def reply_level(samples: list[np.ndarray]) -> float:
+    """The level a voice's speech plays at: the active RMS of some of its sentences (float32)."""
+    return active_rms(np.concatenate(samples))
