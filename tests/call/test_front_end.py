@@ -193,3 +193,22 @@ def test_with_no_echo_path_a_caller_over_the_reply_is_kept_whole():
     assert not processing.path.present
     kept = active_rms(out[at:at + len(caller)]) / active_rms(near[at:at + len(caller)])
     assert kept > 0.7  # within 3 dB
+
+
+async def test_the_stage_tells_the_turns_when_the_microphone_proves_not_to_hear_the_loudspeaker():
+    """The verdict goes down the pipeline (the own-voice net is off where no echo can come back), once."""
+    from itertools import count
+
+    from support.fake_call import run_stage
+
+    from voicepipe.frontend.stage import AudioFrontEnd
+    from voicepipe.pipeline import CallConfig
+    from voicepipe.pipeline.events import EchoPathJudged, Playout
+
+    ticks = count(1)
+    front = AudioFrontEnd(CallConfig(), clock=lambda: next(ticks) * 0.01)  # 10 ms arrive every 10 ms
+    hiss = np.random.default_rng(0).standard_normal(RATE // 100).astype(np.float32) * 0.001
+    reply = (np.tile(VoiceTTS.audio(), 2) * 32767).astype(np.int16)
+    events = [AudioIn(hiss)] * 100 + [Playout(reply, RATE, 1.01)] + [AudioIn(hiss)] * 300
+    down, _ = await run_stage(FrontEndStage(front), events)
+    assert [e for e in down if isinstance(e, EchoPathJudged)] == [EchoPathJudged(False)]

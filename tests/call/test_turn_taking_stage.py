@@ -96,3 +96,23 @@ def test_a_question_about_the_reply_brings_words_of_its_own_and_is_no_echo():
     own.played("Paris is the capital of France.", time.monotonic())
     assert not own.is_echo("What is the capital of France?", time.monotonic())
     assert own.is_echo("the capital of France", time.monotonic())
+
+
+async def test_the_callers_repeat_of_the_reply_is_answered_once_it_ended_or_where_no_loudspeaker_is_heard():
+    import numpy as np
+
+    from voicepipe.pipeline.events import EchoPathJudged, Playout
+    from voicepipe.turns.own_voice import TAIL_S
+
+    now = time.monotonic()
+    said = Playout(np.zeros(16000, np.int16), 16000, now - 1.0, "The capital of France is Paris.")
+
+    def repeat(item: str, began: float) -> list:
+        return [SpeechStarted(item, 0, began), SpeechStopped(item, 900, began + 1, 100), final(item, "Paris")]
+
+    down, _ = await run_stage(stage(), [said, *repeat("item_1", now - 0.5)])
+    assert not any(isinstance(v, TurnEnded) for v in verdicts(down))  # begun as it played: its echo
+    down, _ = await run_stage(stage(), [said, *repeat("item_1", now + TAIL_S + 0.1)])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # begun after it ended: the caller's
+    down, _ = await run_stage(stage(), [said, EchoPathJudged(False), *repeat("item_1", now - 0.5)])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # the microphone does not hear the loudspeaker

@@ -15,7 +15,7 @@ from voicepipe.audio import resample
 from voicepipe.frontend.processing import AudioProcessing
 from voicepipe.frontend.reference import RATE, FarEnd, NearEnd
 from voicepipe.pipeline.config import CallConfig
-from voicepipe.pipeline.events import AudioIn, Event, Feedback, Playout, PlayoutCut
+from voicepipe.pipeline.events import AudioIn, EchoPathJudged, Event, Feedback, Playout, PlayoutCut
 from voicepipe.pipeline.requests import SessionUpdate
 from voicepipe.pipeline.stage import Stage
 
@@ -68,6 +68,11 @@ class AudioFrontEnd:
             self.echo.add(samples, out)
         return out
 
+    @property
+    def loudspeaker_heard(self) -> bool:
+        """Whether the microphone may hear the loudspeaker: judged while cancelling, assumed otherwise."""
+        return not self.processing.echo or self.processing.path.present
+
     def played(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """Reply audio (PCM16 or float32) due to play from `start`."""
         audio = samples.astype(np.float32) / 32768.0 if samples.dtype == np.int16 else samples
@@ -83,10 +88,14 @@ class FrontEndStage(Stage):
     def __init__(self, front: AudioFrontEnd) -> None:
         super().__init__()
         self.front = front
+        self._heard = True
 
     async def process(self, event: Event) -> None:
         if isinstance(event, AudioIn):
             out = self.front.clean(event.samples)
+            if self.front.loudspeaker_heard != self._heard:
+                self._heard = not self._heard
+                self.emit(EchoPathJudged(self._heard))
             if len(out):
                 self.emit(AudioIn(out))
             return

@@ -53,6 +53,15 @@ class SpeechStarted(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class EchoPathJudged(Event):
+    """The audio front end's verdict changed on whether the caller's microphone hears the loudspeaker
+    (`heard`; True too while echo cancellation is off and nothing is known): where it does not, nothing the
+    caller says can be the assistant's own voice."""
+
+    heard: bool
+
+
+@dataclass(frozen=True, slots=True)
 class BargeIn(Event):
     """The caller has spoken long enough over the assistant (more than a click or a cough) that its reply
     audio stops; whether the reply is cancelled waits for the words (`BargeInResolved`)."""

@@ -6,7 +6,9 @@ client whose loudspeaker the server cannot hear), never instead of it.
 import re
 from collections import deque
 
-WINDOW_S = 4.0  # how long after a sentence played its words may still come back (delay, reverb, transcription)
+# How long after a sentence played its echo may still begin (the caller's playout and uplink delays beyond
+# the server's clock, the room's delay and reverberation): an utterance begun later is the caller's.
+TAIL_S = 1.0
 # An echo is a fragment of what was said: every word of it in order, but for one in MISS_EVERY (a word the
 # ASR got wrong). A caller who asks about the reply ("What is the capital of France?" after "Paris is the
 # capital of France.") brings a word of their own, and is heard.
@@ -23,6 +25,7 @@ class OwnVoice:
 
     def __init__(self) -> None:
         self._said: deque[tuple[float, str]] = deque()  # (when its audio ends, sentence)
+        self.heard = True  # whether the microphone hears the loudspeaker (the audio front end's verdict)
 
     def played(self, text: str, end: float) -> None:
         if self._said and self._said[-1][1] == text:  # the same sentence's next chunk
@@ -34,11 +37,13 @@ class OwnVoice:
         """The caller's playback stopped at `at`: what was queued after it was never heard."""
         self._said = deque((min(end, at), text) for end, text in self._said)
 
-    def is_echo(self, transcript: str, now: float) -> bool:
-        while self._said and self._said[0][0] < now - WINDOW_S:
+    def is_echo(self, transcript: str, began: float) -> bool:
+        """Whether `transcript`, of an utterance begun at `began` (utterances begin in order), repeats
+        sentences that were playing then."""
+        while self._said and self._said[0][0] + TAIL_S < began:
             self._said.popleft()
         heard = words(transcript)
-        if not heard or not self._said:
+        if not heard or not self._said or not self.heard:
             return False
         said = words(" ".join(text for _, text in self._said))
         return in_order(heard, said) >= len(heard) - len(heard) // MISS_EVERY

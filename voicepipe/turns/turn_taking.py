@@ -16,6 +16,7 @@ from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     BargeInResolved,
+    EchoPathJudged,
     EndOfTurn,
     Event,
     Feedback,
@@ -51,6 +52,7 @@ class TurnTaking(Stage):
         self._paused: Turn | None = None  # the reply that utterance paused, until the verdict
         self.own_voice = OwnVoice()
         self.echoes = 0  # transcripts taken for the assistant's own voice
+        self._began: dict[str, float] = {}  # when each utterance not yet transcribed began
 
     async def process(self, event: Event) -> None:
         self.emit(event)
@@ -58,8 +60,11 @@ class TurnTaking(Stage):
         answering = detection.create_response and not detection.manual
         if isinstance(event, SpeechQuiet) and answering:
             self.engine.expect(self.call_id, event.speech_end + self.config.ttfa_s)
+        elif isinstance(event, EchoPathJudged):
+            self.own_voice.heard = event.heard
         elif isinstance(event, SpeechStarted):
             self._speaking = True
+            self._began[event.item_id] = event.at
             self.emit(DropSpeculation())
         elif isinstance(event, SpeechStopped):
             self._speaking = False
@@ -67,9 +72,10 @@ class TurnTaking(Stage):
             self.engine.expect(self.call_id, None)
             self.emit(DropSpeculation())
             if isinstance(event, InputCleared) and event.item_id is not None:
+                self._began.pop(event.item_id, None)
                 self._spoken_over(event.item_id, "", final=True)  # dropped unheard: the reply goes on
         elif isinstance(event, TranscriptEarly) and event.text.strip():
-            if self.own_voice.is_echo(event.text, time.monotonic()):
+            if self.own_voice.is_echo(event.text, self._began.get(event.item_id, time.monotonic())):
                 self._spoken_over(event.item_id, "", final=False)
             elif self._spoken_over(event.item_id, event.text):
                 pass  # a backchannel so far: no reply of its own, unless more words follow
@@ -78,7 +84,8 @@ class TurnTaking(Stage):
             elif detection.semantic:
                 self.spawn(self._judge(event))
         elif isinstance(event, TranscriptFinal):
-            if event.text.strip() and self.own_voice.is_echo(event.text, time.monotonic()):
+            began = self._began.pop(event.item_id, time.monotonic())
+            if event.text.strip() and self.own_voice.is_echo(event.text, began):
                 self.echoes += 1
                 self._spoken_over(event.item_id, "", final=True)  # its own voice: the reply plays on, unanswered
             elif not self._spoken_over(event.item_id, event.text, final=True) and event.text.strip():
