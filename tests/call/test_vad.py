@@ -94,15 +94,33 @@ class Scores:
         return next(self.scores)
 
 
-def test_the_threshold_follows_a_steady_noise_floor_so_noise_neither_starts_nor_holds_a_turn():
+def windows(levels: list[float]) -> np.ndarray:
+    """Audio whose windows have the given RMS levels, one per window."""
     from voicepipe.turns.endpointer import WINDOW
 
+    rng = np.random.default_rng(0)
+    return np.concatenate([rng.standard_normal(WINDOW).astype(np.float32) * np.float32(v) for v in levels])
+
+
+def test_the_threshold_follows_a_steady_noise_floor_so_noise_neither_starts_nor_holds_a_turn():
     noisy = [0.45] * 200 + [0.6] * 10 + [0.95] * 20 + [0.55] * 40
     endpointer = Endpointer(TurnDetection(type="server_vad"), vad=Scores(noisy))
-    found = endpointer.feed(np.zeros(len(noisy) * WINDOW, np.float32))
+    found = endpointer.feed(windows([0.01] * 210 + [0.05] * 20 + [0.01] * 40))
     assert endpointer.threshold > 0.75  # 0.45 of noise, and the margin over it
     kinds = [b.kind for b in found if b.kind != "audio"]
     assert kinds[0] == "start" and kinds[-1] == "stop"  # the speech, not the 0.6 of noise, started it; the
-    assert found[0].position >= 210 * WINDOW - 320 * 16  # noise after it did not hold the turn open
+    assert found[0].position >= 210 * 512 - 320 * 16  # noise after it did not hold the turn open
     quiet = Endpointer(TurnDetection(type="server_vad"), vad=Scores([0.02] * 100 + [0.6] * 5))
-    assert [b.kind for b in quiet.feed(np.zeros(105 * WINDOW, np.float32))][:1] == ["start"]  # quiet: 0.5 holds
+    assert [b.kind for b in quiet.feed(windows([0.0] * 100 + [0.05] * 5))][:1] == ["start"]  # quiet: 0.5 holds
+
+
+def test_voices_around_the_caller_at_the_noises_level_are_no_speech_and_the_caller_above_them_is():
+    """Babble scores as speech; what sets the caller apart is standing above it. (Before half a second of
+    audio gives the level floor, the VAD alone decides: babble there may start an utterance, which ends
+    once the floor is known.)"""
+    babble = Endpointer(TurnDetection(type="server_vad"), vad=Scores([0.3, 0.9] * 100 + [0.95] * 20 + [0.9] * 40))
+    found = babble.feed(windows([0.01] * 200 + [0.04] * 20 + [0.01] * 40))
+    starts = [b.position for b in found if b.kind == "start"]
+    stops = [b.position for b in found if b.kind == "stop"]
+    assert len(starts) == len(stops) and stops[-1] > starts[-1] >= 200 * 512 - 320 * 16  # the caller, 12 dB over
+    assert all(stop < 60 * 512 for stop in stops[:-1])  # babble held no turn open past the first seconds

@@ -21,6 +21,7 @@ import numpy as np
 import websockets
 
 from voicepipe.audio import to_pcm16
+from voicepipe.bench.barge_in_echo import INTERRUPTIONS, bench_barge_in
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.room import RATE, Room, active_rms, at_snr, noise
 from voicepipe.bench.speakerphone import Loudspeaker
@@ -34,6 +35,9 @@ from voicepipe.server import VoiceServer
 QUESTIONS = ["What is the capital of Italy?", "How many legs does a spider have?", "What colour is the sky?",
              "What do bees make?", "How many days are in a week?", "What is the capital of Japan?"]
 INTERRUPTION = "Stop, tell me about cats instead."
+REPLIES = ["The capital of Italy is Rome.", "It is known for its ancient history and its food.",
+           "A spider has eight legs.", "The sky is blue on a clear day.", "Bees make honey from the nectar of flowers.",
+           "There are seven days in a week."]
 BABBLE = ["The meeting starts at nine tomorrow morning.", "I think we should paint the kitchen blue.",
           "Have you seen the new film at the cinema?", "The train was late again this evening.",
           "She bought three apples and a loaf of bread.", "Turn left after the bridge and keep going."]
@@ -71,14 +75,18 @@ class Heard:
     far: list[np.ndarray] = field(default_factory=list)
 
 
+def caller_noise(case: RoomCase, voices: list[np.ndarray]) -> np.ndarray | None:
+    """Four minutes of the room's noise at its level in the microphone, or None in a quiet room."""
+    return at_snr(noise(case.noise, 240.0, seed=7, voices=voices), VOICE_RMS, case.snr_db) if case.noise else None
+
+
 class SpeakerphoneCaller:
     """One call: the microphone loop (voice + echo + noise, 20 ms at a time, in real time) and the reader."""
 
     def __init__(self, ws, case: RoomCase, reply_rms: float, voices: list[np.ndarray]) -> None:
         self.ws, self.case = ws, case
         self.speaker = Loudspeaker(case.room, VOICE_RMS, reply_rms) if case.room else None
-        self.noise = at_snr(noise(case.noise, 240.0, seed=7, voices=voices), VOICE_RMS, case.snr_db) \
-            if case.noise else None
+        self.noise = caller_noise(case, voices)
         self.heard = Heard()
         self.sent = 0
         self._voice = np.zeros(0, np.float32)  # queued speech
@@ -235,10 +243,12 @@ def front_end_cpu(h: Heard) -> float:
     return (time.thread_time() - t0) / (len(mic) / RATE) * 1000
 
 
-async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_rms: float) -> dict:
+async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_sentences: list[np.ndarray],
+                     tries: int) -> dict:
     questions = [espeak_audio("en-us", q) for q in QUESTIONS]
     interruption = espeak_audio("en-us", INTERRUPTION)
     voices = [espeak_audio(v, s) for v in ("en-gb", "en+f3", "en-us") for s in BABBLE]
+    reply_rms = active_rms(np.concatenate(reply_sentences))
     server = VoiceServer(runtime, Limits(max_calls=1), call_config=CallConfig())
     await server.start("127.0.0.1", 0)
     report: dict = {"cases": {}}
@@ -250,16 +260,33 @@ async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_rms: float) 
                 report["cases"].setdefault(case.name, {})["on" if front else "off"] = result
     finally:
         await server.close()
+    if tries:
+        speakers = [espeak_audio(v, s) for v in ("en-us", "en-gb", "en+f3") for s in INTERRUPTIONS]
+        rooms = [(c.name, c.room, caller_noise(c, voices)) for c in cases]
+        report["barge_in"] = await asyncio.to_thread(bench_barge_in, rooms, reply_sentences, speakers, VOICE_RMS,
+                                                     reply_rms, 2 * tries)
     return report
 
 
-def reply_level_of(options) -> float:
-    """The level the assistant's voice plays at: Piper's, over two of the questions."""
-    from voicepipe.backends.tts_piper import PiperTTS
+def reply_sentences_of(options) -> list[np.ndarray]:
+    """The assistant's voice (Piper's, or the chosen TTS's) saying replies like the questions', at 16 kHz."""
+    from voicepipe.audio import resample
+    from voicepipe.backends.tts_select import make_tts
 
-    tts = PiperTTS(options.tts_model if options.tts == "piper" else None)
-    return active_rms(np.concatenate([np.concatenate(list(tts.synthesize(q))).astype(np.float32) / 32768.0
-                                      for q in QUESTIONS[:2]]))
+    tts = make_tts(options.tts, options.tts_model)
+    return [resample(np.concatenate(list(tts.synthesize(text))).astype(np.float32) / 32768.0, tts.sample_rate, RATE)
+            for text in REPLIES]
+
+
+def print_barge_in(report: dict) -> None:
+    """The interruptions table: many tries per room, through the front end and the VAD alone."""
+    print(f"\n{'interruptions over the room':34} {'front end':9} {'caught <=300 ms':>15} {'p50':>7} {'p95':>7} "
+          f"{'missed':>6} {'false b-i per 100 replies':>25}")
+    for name, runs in report.items():
+        for which, r in runs.items():
+            p50, p95 = (f"{x:.2f} s" if x is not None else "-" for x in (r["barge_in_p50_s"], r["barge_in_p95_s"]))
+            print(f"{name:34} {which:9} {r['caught_300ms']:>9}/{r['interruptions']:<5} {p50:>7} {p95:>7} "
+                  f"{r['missed']:>6} {r['false_barge_ins_per_100_replies']:>25.1f}")
 
 
 def print_room(report: dict) -> None:

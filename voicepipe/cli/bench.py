@@ -269,6 +269,8 @@ def add_room_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--rooms", default="all", help="comma-separated numbers of the rooms to run, from 1 "
                         "(default all: " + "; ".join(f"{i} {c.name}" for i, c in enumerate(CASES, 1)) + ")")
+    parser.add_argument("--tries", type=int, default=20, help="interruptions per room tried through the front "
+                        "end and the VAD alone, after the calls (default 20; 0 skips them)")
     add_json_argument(parser)
     add_llm_model_arguments(parser)
 
@@ -277,7 +279,7 @@ def run_room_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from voicepipe.backends.loading import ModelOptions
-    from voicepipe.bench.room_bench import CASES, bench_room, print_room, reply_level_of
+    from voicepipe.bench.room_bench import CASES, bench_room, print_barge_in, print_room, reply_sentences_of
 
     cases = CASES if args.rooms == "all" else [CASES[int(i) - 1] for i in args.rooms.split(",")]
     options = ModelOptions.pick(vars(args))
@@ -287,13 +289,15 @@ def run_room_bench(args: argparse.Namespace) -> int:
 
         runtime = await Runtime.spawn(options)
         try:
-            return await bench_room(runtime, cases, reply_level_of(options))
+            return await bench_room(runtime, cases, reply_sentences_of(options), args.tries)
         finally:
             await runtime.close()
 
     report = asyncio.run(run())
     report["machine"] = machine()
     print_room(report)
+    if "barge_in" in report:
+        print_barge_in(report["barge_in"])
     if args.json:
         save(report, args.json)
     return 0

@@ -33,6 +33,17 @@ HYSTERESIS = 0.15  # once speaking, speech continues down to threshold - HYSTERE
 FLOOR_S = 3.0
 FLOOR_MARGIN = 0.35
 MAX_THRESHOLD = 0.85
+# The level follows it too: other voices around the caller (a café, a television) score as speech, but the
+# caller, nearer the microphone, stands above them. A window is speech only LEVEL_MARGIN_DB over the level
+# floor (LEVEL_HYSTERESIS_DB less once speaking): the LEVEL_PERCENTILE-th percentile of every window's level
+# over the last LEVEL_S, once LEVEL_FIRST windows have come (before, -100 dBFS: anything loud enough for
+# the VAD). A caller's own pauses keep it down in a quiet room; steady noise or babble sets it a few dB
+# under their mean.
+LEVEL_MARGIN_DB = 10.0
+LEVEL_HYSTERESIS_DB = 2.0
+LEVEL_PERCENTILE = 10
+LEVEL_S = 5.0
+LEVEL_FIRST = 16  # half a second
 
 
 def silero_model_path() -> Path:
@@ -122,6 +133,8 @@ class Endpointer:
         self._quiet = False  # the quiet boundary of this silence was reported
         self._limit_ms: int | None = None  # a silence limit for this pause, from `end_after`
         self.noise_floor = 0.0  # the VAD's mean score between utterances
+        self._levels: deque[float] = deque(maxlen=int(LEVEL_S * 1000 / WINDOW_MS))  # window levels, dBFS
+        self.level_floor = -100.0
 
     @property
     def fed(self) -> int:
@@ -173,15 +186,20 @@ class Endpointer:
         self._position += WINDOW
         s = self.settings
         threshold = self.threshold
+        level = 10 * float(np.log10(np.mean(np.square(window, dtype=np.float64)) + 1e-10))
+        self._levels.append(level)
+        if len(self._levels) >= LEVEL_FIRST and self._position % (8 * WINDOW) == 0:  # every quarter second
+            self.level_floor = float(np.percentile(self._levels, LEVEL_PERCENTILE))
+        above = level - self.level_floor
         if self._state == "idle":
-            if prob >= threshold or s.manual:
+            if (prob >= threshold and above >= LEVEL_MARGIN_DB) or s.manual:
                 return self._start(window)
             self.noise_floor += (prob - self.noise_floor) * WINDOW_MS / (FLOOR_S * 1000)
             self._prefix.append(window)
             while len(self._prefix) * WINDOW_MS > s.prefix_padding_ms:
                 self._prefix.popleft()
             return []
-        speech = prob >= max(0.01, threshold - HYSTERESIS)
+        speech = prob >= max(0.01, threshold - HYSTERESIS) and above >= LEVEL_MARGIN_DB - LEVEL_HYSTERESIS_DB
         self._silent = 0 if speech else self._silent + 1
         if self._state == "cut":
             if self._silent * WINDOW_MS >= s.max_silence_ms or s.manual:
