@@ -212,3 +212,17 @@ async def test_the_stage_tells_the_turns_when_the_microphone_proves_not_to_hear_
     events = [AudioIn(hiss)] * 100 + [Playout(reply, RATE, 1.01)] + [AudioIn(hiss)] * 300
     down, _ = await run_stage(FrontEndStage(front), events)
     assert [e for e in down if isinstance(e, EchoPathJudged)] == [EchoPathJudged(False)]
+
+
+def test_over_a_speakerphones_echo_interruptions_are_heard_and_the_echo_never_barges_in():
+    """`bench room`'s many-tries stream, short: replies through a room, the caller speaking over every
+    other one. Without the canceller every reply barges in on itself."""
+    from voicepipe.bench.barge_in_echo import try_room
+
+    sentences = [VOICE[::-1][i:i + RATE] for i in range(0, len(VOICE) - RATE // 2, RATE // 2)]
+    reply_rms = active_rms(np.concatenate(sentences))
+    room = Room(delay_ms=120, rt60_s=0.45, echo_db=0.0, seed=1)
+    on = try_room(room, None, True, sentences, [VOICE], 0.05, reply_rms, n_replies=6)
+    assert on["interruptions"] == 3 and on["missed"] == 0 and on["false_barge_ins_per_100_replies"] == 0
+    off = try_room(room, None, False, sentences, [VOICE], 0.05, reply_rms, n_replies=6)
+    assert off["false_barge_ins_per_100_replies"] > 0
