@@ -70,13 +70,13 @@ async def test_a_backchannel_over_a_reply_lets_it_play_on_and_words_cancel_it():
 async def test_words_that_repeat_what_the_assistant_just_said_are_its_echo_never_answered():
     import numpy as np
 
-    from voicepipe.pipeline.events import Playout
+    from voicepipe.pipeline.events import EchoPathJudged, Playout
 
     now, turn = time.monotonic(), Turn("resp_1", "call-resp_1", "item_0", 0.0, 1.5)
     said = Playout(np.zeros(16000, np.int16), 16000, now - 0.5, "There are no direct flights to Rome today.")
     paused = PlaybackPaused("item_2", turn, now)
     taking = stage()
-    down, up = await run_stage(taking, [said, paused, SpeechStarted("item_2", 0, now),
+    down, up = await run_stage(taking, [EchoPathJudged(True), said, paused, SpeechStarted("item_2", 0, now),
                                         SpeechStopped("item_2", 900, now, 100), final("item_2", "There are no")])
     assert said in up  # passed on to the audio front end
     assert verdicts(down)[-1] == BargeInResolved("item_2", real=False, turn=turn)  # the reply resumes
@@ -93,12 +93,13 @@ def test_a_question_about_the_reply_brings_words_of_its_own_and_is_no_echo():
     from voicepipe.turns.own_voice import OwnVoice
 
     own = OwnVoice()
+    own.heard = True
     own.played("Paris is the capital of France.", time.monotonic())
     assert not own.is_echo("What is the capital of France?", time.monotonic())
     assert own.is_echo("the capital of France", time.monotonic())
 
 
-async def test_the_callers_repeat_of_the_reply_is_answered_once_it_ended_or_where_no_loudspeaker_is_heard():
+async def test_the_callers_repeat_of_the_reply_is_answered_once_it_ended_or_unless_the_loudspeaker_is_heard():
     import numpy as np
 
     from voicepipe.pipeline.events import EchoPathJudged, Playout
@@ -110,9 +111,12 @@ async def test_the_callers_repeat_of_the_reply_is_answered_once_it_ended_or_wher
     def repeat(item: str, began: float) -> list:
         return [SpeechStarted(item, 0, began), SpeechStopped(item, 900, began + 1, 100), final(item, "Paris")]
 
-    down, _ = await run_stage(stage(), [said, *repeat("item_1", now - 0.5)])
+    heard = EchoPathJudged(True)
+    down, _ = await run_stage(stage(), [heard, said, *repeat("item_1", now - 0.5)])
     assert not any(isinstance(v, TurnEnded) for v in verdicts(down))  # begun as it played: its echo
-    down, _ = await run_stage(stage(), [said, *repeat("item_1", now + TAIL_S + 0.1)])
+    down, _ = await run_stage(stage(), [heard, said, *repeat("item_1", now + TAIL_S + 0.1)])
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # begun after it ended: the caller's
     down, _ = await run_stage(stage(), [said, EchoPathJudged(False), *repeat("item_1", now - 0.5)])
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # the microphone does not hear the loudspeaker
+    down, _ = await run_stage(stage(), [said, *repeat("item_1", now - 0.5)])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # not yet known: the canceller alone

@@ -24,6 +24,13 @@ FLOOR = FRAME * 1e-10  # -100 dBFS: digital silence's level, for logarithms
 # noise 10 dB below the caller, 0.67-0.82). Until EVIDENCE such frames are seen it is assumed there: a
 # speakerphone's first reply is where a missed echo costs most.
 FOLLOWS = 0.4
+# ...and the echo is there whenever the far end is loud: at that delay, the microphone stands COVER_DB over
+# its quietest tenth in COVERS of the frames within LOUD_DB of the far end's loudest. (A caller who talks
+# over replies now and then, into a microphone that sends digital silence otherwise, drew correlations up
+# to 0.7 from fewer than 150 frames: their words start as the reply plays and stop it.)
+COVERS = 0.8
+COVER_DB = 3.0
+LOUD_DB = 20.0
 MAX_LAG = 50  # 500 ms: past AEC3's reach of the delay
 EVIDENCE = 50
 HISTORY = 1000
@@ -74,25 +81,32 @@ class EchoPath:
 
     @property
     def present(self) -> bool:
-        """Whether the loudspeaker is heard (judged again every EVIDENCE frames: it changes slowly)."""
-        if self._judged is None or self._frames - self._judged_at >= EVIDENCE:
+        """Whether the loudspeaker may be heard: assumed until the evidence says otherwise."""
+        return self.verdict is not False
+
+    @property
+    def verdict(self) -> bool | None:
+        """Whether the loudspeaker is heard, None until EVIDENCE frames of the far end have played (judged
+        again every EVIDENCE frames: it changes slowly)."""
+        if self._judged_at == 0 or self._frames - self._judged_at >= EVIDENCE:
             self._judged, self._judged_at = self._judge(), self._frames
         return self._judged
 
-    def _judge(self) -> bool:
+    def _judge(self) -> bool | None:
         if len(self._levels) <= MAX_LAG:
-            return True
+            return None
         far, mic = np.array(self._levels).T
         played = far[:-MAX_LAG] > np.log10(FAR_ACTIVE)
         if played.sum() < EVIDENCE:
-            return True
+            return None
         x = far[:-MAX_LAG][played]
-        best = 0.0
+        loud = x > np.percentile(x, 95) - LOUD_DB / 10  # frames whose echo stands out of any room's noise
+        quiet = np.percentile(mic, 10) + COVER_DB / 10
         for lag in range(MAX_LAG + 1):
             y = mic[lag:len(mic) - MAX_LAG + lag][played]
-            if np.std(x) > 0 and np.std(y) > 0:
-                best = max(best, float(np.corrcoef(x, y)[0, 1]))
-        return best > FOLLOWS
+            if np.std(y) > 0 and np.mean(y[loud] > quiet) >= COVERS and float(np.corrcoef(x, y)[0, 1]) > FOLLOWS:
+                return True
+        return False
 
     def near(self, near: np.ndarray) -> None:
         """A microphone frame, its level beside the far end's of the same time."""

@@ -69,9 +69,10 @@ class AudioFrontEnd:
         return out
 
     @property
-    def loudspeaker_heard(self) -> bool:
-        """Whether the microphone may hear the loudspeaker: judged while cancelling, assumed otherwise."""
-        return not self.processing.echo or self.processing.path.present
+    def loudspeaker_heard(self) -> bool | None:
+        """Whether the microphone hears the loudspeaker: judged while cancelling (None until the far end has
+        played long enough), assumed when not."""
+        return True if not self.processing.echo else self.processing.path.verdict
 
     def played(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """Reply audio (PCM16 or float32) due to play from `start`."""
@@ -88,14 +89,15 @@ class FrontEndStage(Stage):
     def __init__(self, front: AudioFrontEnd) -> None:
         super().__init__()
         self.front = front
-        self._heard = True
+        self._heard: bool | None = None
 
     async def process(self, event: Event) -> None:
         if isinstance(event, AudioIn):
             out = self.front.clean(event.samples)
-            if self.front.loudspeaker_heard != self._heard:
-                self._heard = not self._heard
-                self.emit(EchoPathJudged(self._heard))
+            heard = self.front.loudspeaker_heard
+            if heard is not None and heard != self._heard:
+                self._heard = heard
+                self.emit(EchoPathJudged(heard))
             if len(out):
                 self.emit(AudioIn(out))
             return

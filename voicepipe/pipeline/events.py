@@ -54,9 +54,9 @@ class SpeechStarted(Event):
 
 @dataclass(frozen=True, slots=True)
 class EchoPathJudged(Event):
-    """The audio front end's verdict changed on whether the caller's microphone hears the loudspeaker
-    (`heard`; True too while echo cancellation is off and nothing is known): where it does not, nothing the
-    caller says can be the assistant's own voice."""
+    """The audio front end's verdict, first given or changed, on whether the caller's microphone hears the
+    loudspeaker (`heard`; True too while echo cancellation is off and nothing is known): only where it does
+    can what the caller says be the assistant's own voice."""
 
     heard: bool
 

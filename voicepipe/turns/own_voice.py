@@ -25,7 +25,9 @@ class OwnVoice:
 
     def __init__(self) -> None:
         self._said: deque[tuple[float, str]] = deque()  # (when its audio ends, sentence)
-        self.heard = True  # whether the microphone hears the loudspeaker (the audio front end's verdict)
+        # Whether the microphone hears the loudspeaker, once the audio front end has found out: until then the
+        # canceller alone stands between the echo and the turns (a caller on headphones is not second-guessed).
+        self.heard = False
 
     def played(self, text: str, end: float) -> None:
         if self._said and self._said[-1][1] == text:  # the same sentence's next chunk
