@@ -3,13 +3,16 @@ through a room. A stand-in for a real loudspeaker and microphone, which cannot e
 
 The loudspeaker plays each chunk of reply audio from its arrival, after what is still queued, and drops
 its queue when the server says `output_audio_buffer.cleared`, as the protocol asks. Positions are in
-16 kHz samples of the microphone stream, from the call's start.
+16 kHz samples of the microphone stream, from the call's start. The microphone adds its own noise, as every
+real one does (a laptop's sits around -70 dBFS): a raw microphone never sends digital silence.
 """
 
 import numpy as np
 
 from voicepipe.audio import resample
 from voicepipe.bench.room import RATE, Room, active_rms
+
+SELF_NOISE = np.float32(10 ** (-70 / 20))  # the microphone's own noise, RMS: -70 dBFS
 
 
 class Loudspeaker:
@@ -24,6 +27,7 @@ class Loudspeaker:
         self.queue_end = 0
         self._size = 1 << int(np.ceil(np.log2(2 * len(self.response) + 2 * RATE)))  # FFT size for echo()
         self._spectrum = np.fft.rfft(self.response, self._size)
+        self._hiss = np.random.default_rng(room.seed).standard_normal(RATE).astype(np.float32) * SELF_NOISE
 
     def receive(self, pcm: np.ndarray, rate: int, at: int) -> None:
         """Reply audio (PCM16 at `rate`) arrived when the microphone was at sample `at`."""
@@ -44,14 +48,16 @@ class Loudspeaker:
         return self.queue_end > at
 
     def echo(self, end: int, n: int) -> np.ndarray:
-        """The `n` samples up to `end` the microphone hears of what the loudspeaker played."""
+        """The `n` samples up to `end` the microphone hears of what the loudspeaker played, over its own
+        noise."""
         span = len(self.response) + n
         window = np.zeros(span, np.float32)
         lo = max(0, end - span)
         part = self.played[lo:min(end, len(self.played))]
         window[span - (end - lo): span - (end - lo) + len(part)] = part
         heard = np.fft.irfft(np.fft.rfft(window, self._size) * self._spectrum, self._size)[span - n: span]
-        return heard.astype(np.float32) * self.gain
+        hiss = np.resize(np.roll(self._hiss, -(end - n) % RATE), n)
+        return heard.astype(np.float32) * self.gain + hiss
 
 
 def reply_level(samples: list[np.ndarray]) -> float:

@@ -32,6 +32,14 @@ COVERS = 0.8
 COVER_DB = 3.0
 LOUD_DB = 20.0
 MAX_LAG = 50  # 500 ms: past AEC3's reach of the delay
+# Until then, a microphone that has sent digital silence (under -90 dBFS) for SILENT frames belongs to a client
+# that gates or cleans its own input (a client with its own canceller, headphones behind a noise gate): a raw
+# microphone in a room never records zeros, its own noise is above them. Its loudspeaker is taken for not
+# heard until the evidence says otherwise. Assuming an echo there, AEC3 took 30-70 dB off a caller who spoke
+# from the first reply's first syllable (measured on the recorded call), leaving the ASR nothing to
+# transcribe.
+DIGITAL_SILENCE = FRAME * 1e-9
+SILENT = 20
 EVIDENCE = 50
 HISTORY = 1000
 # The residue gate, while AEC3 is still learning the room (its first LEARN_S of echo) and at every onset
@@ -59,11 +67,16 @@ class EchoPath:
         self._gain: deque[float] = deque(maxlen=300)  # microphone over the far end's loudest, while it plays
         self._learnt = 0  # frames of echo the canceller has had to learn from
         self._echo_frames = 0  # frames to come that the far end may still be echoing in
-        self._levels: deque[tuple[float, float]] = deque(maxlen=HISTORY + MAX_LAG)  # (far, mic) log energies
+        self._recent: deque[tuple[float, float]] = deque(maxlen=MAX_LAG + 1)  # (far, mic) log energies
+        self._mic: deque[float] = deque(maxlen=HISTORY)  # the microphone's log energies, for its floor
+        # The frames the far end played in, each with the microphone's levels over the MAX_LAG frames after it:
+        # the evidence gathers across replies however far apart they came.
+        self._played: deque[tuple[float, np.ndarray]] = deque(maxlen=HISTORY)
         self._onset_frames = 0  # frames to come of the far end's onset
         self._gating = False
         self._frames = 0
         self._judged: bool | None = None
+        self._silent = 0  # frames of digital silence heard before a verdict
         self._judged_at = 0
 
     def far(self, far: np.ndarray) -> bool:
@@ -87,23 +100,23 @@ class EchoPath:
     @property
     def verdict(self) -> bool | None:
         """Whether the loudspeaker is heard, None until EVIDENCE frames of the far end have played (judged
-        again every EVIDENCE frames: it changes slowly)."""
+        again every EVIDENCE frames: it changes slowly). A verdict holds until new evidence overturns it: going
+        back to assuming an echo while the evidence was thin gated away a caller with none."""
         if self._judged_at == 0 or self._frames - self._judged_at >= EVIDENCE:
-            self._judged, self._judged_at = self._judge(), self._frames
+            judged, self._judged_at = self._judge(), self._frames
+            if judged is not None:
+                self._judged = judged
         return self._judged
 
     def _judge(self) -> bool | None:
-        if len(self._levels) <= MAX_LAG:
+        if len(self._played) < EVIDENCE:
             return None
-        far, mic = np.array(self._levels).T
-        played = far[:-MAX_LAG] > np.log10(FAR_ACTIVE)
-        if played.sum() < EVIDENCE:
-            return None
-        x = far[:-MAX_LAG][played]
+        x = np.array([far for far, _ in self._played])
+        after = np.stack([mic for _, mic in self._played])
         loud = x > np.percentile(x, 95) - LOUD_DB / 10  # frames whose echo stands out of any room's noise
-        quiet = np.percentile(mic, 10) + COVER_DB / 10
+        quiet = np.percentile(self._mic, 10) + COVER_DB / 10
         for lag in range(MAX_LAG + 1):
-            y = mic[lag:len(mic) - MAX_LAG + lag][played]
+            y = after[:, lag]
             if np.std(y) > 0 and np.mean(y[loud] > quiet) >= COVERS and float(np.corrcoef(x, y)[0, 1]) > FOLLOWS:
                 return True
         return False
@@ -111,9 +124,16 @@ class EchoPath:
     def near(self, near: np.ndarray) -> None:
         """A microphone frame, its level beside the far end's of the same time."""
         e, loudest = energy(near), max(self._far_recent, default=0.0)
-        self._levels.append((np.log10(self._far_recent[-1] + FLOOR), np.log10(e + FLOOR)))
+        self._recent.append((np.log10(self._far_recent[-1] + FLOOR), np.log10(e + FLOOR)))
+        self._mic.append(self._recent[-1][1])
+        if len(self._recent) > MAX_LAG and self._recent[0][0] > np.log10(FAR_ACTIVE):
+            self._played.append((self._recent[0][0], np.array([mic for _, mic in self._recent])))
         if loudest > FAR_ACTIVE:
             self._gain.append(e / loudest)
+        if self._judged is None and e < DIGITAL_SILENCE:
+            self._silent += 1
+            if self._silent >= SILENT:
+                self._judged = False
 
     def residue(self, near: np.ndarray, out: np.ndarray) -> bool:
         """Whether the cancelled frame `out` of microphone frame `near` is echo alone; called for the frames
