@@ -10,7 +10,7 @@ from voicepipe.pipeline.asr_stage import ASRStage
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.llm_stage import LLMStage
-from voicepipe.pipeline.output import ClientOutput, Send
+from voicepipe.pipeline.output import ClientOutput, HangUp, Send
 from voicepipe.pipeline.sentences import SentenceAggregator
 from voicepipe.pipeline.stage import Pipeline
 from voicepipe.pipeline.tts_stage import TTSStage
@@ -20,8 +20,10 @@ from voicepipe.turns.vad_stage import VADStage
 
 
 def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversation: Conversation,
-                   send: Send, describe: Callable[[], dict] = dict, front: AudioFrontEnd | None = None) -> Pipeline:
-    """The stages of one call; `describe` gives the session as the client sees it, for `session.updated`.
+                   send: Send, describe: Callable[[], dict] = dict, front: AudioFrontEnd | None = None,
+                   hang_up: HangUp | None = None) -> Pipeline:
+    """The stages of one call; `describe` gives the session as the client sees it, for `session.updated`;
+    `hang_up` ends the call (after the goodbye to an idle caller).
     The endpointer reads `config.turn_detection` live, so updates apply at once. `front` is the audio front
     end, given where its far end is known better than the output stage's clock says (`talk`)."""
     engine = runtime.engine
@@ -35,5 +37,5 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
         LLMStage(engine, runtime.tokenizer, conversation, config, call_id),
         SentenceAggregator(),
         TTSStage(engine, runtime.tts_rate),
-        ClientOutput(send, runtime.registry, runtime.tts_rate, describe),
+        ClientOutput(send, runtime.registry, runtime.tts_rate, describe, hang_up),
     ])

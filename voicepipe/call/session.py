@@ -58,7 +58,7 @@ class Session:
             front.configure()
         self.front = front or AudioFrontEnd(self.config)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe,
-                                       self.front)
+                                       self.front, self.hang_up)
         self._send_lock = asyncio.Lock()
         self._responses: set[str] = set()  # response.created sent, response.done not yet
         self._cause: str | None = None  # the event_id of the client event being handled
@@ -115,6 +115,11 @@ class Session:
                     await self.transport.send(message)
                 except Disconnected:
                     return
+
+    async def hang_up(self) -> None:
+        """End the call from the server's side (the client's line closes, and the call is cleaned up)."""
+        log.info("call %s: hanging up on an idle caller", self.id)
+        await self.transport.close(1000, "the caller stayed silent")
 
     async def error(self, code: str, message: str) -> None:
         """An error caused by the client event being handled (its `event_id` goes back with it)."""

@@ -188,9 +188,10 @@ class LocalLine:
 class LocalCall:
     """A session over the local sound devices; made on the event loop it runs on."""
 
-    def __init__(self, runtime: Runtime, devices: Devices, out: TextIO = sys.stdout) -> None:
+    def __init__(self, runtime: Runtime, devices: Devices, out: TextIO = sys.stdout,
+                 config: CallConfig | None = None) -> None:
         self.devices = devices
-        config = CallConfig()
+        config = config or CallConfig()
         front = AudioFrontEnd(config, own_far_end=True)  # the speaker's callback says what it played, and when
         self.line = LocalLine(devices, runtime.tts_rate, out, front)
         self.session = Session(self.line, runtime, Limits(), config, front=front)
@@ -219,13 +220,13 @@ class LocalCall:
             yield
 
 
-async def talk(runtime: Runtime, devices: Devices) -> None:
+async def talk(runtime: Runtime, devices: Devices, config: CallConfig | None = None) -> None:
     """Warm the models up, then hold one call until interrupted.
 
     The engine is stopped while this event loop still runs, so the aborts of the call's requests find a
     loop to report to (as `run_server` does).
     """
     try:
-        await LocalCall(runtime, devices).run()
+        await LocalCall(runtime, devices, config=config).run()
     finally:
         await runtime.close()

@@ -119,6 +119,19 @@ class SpeechStopped(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class IdleTimedOut(Event):
+    """The caller has said nothing for the session's `idle_timeout_ms` since the assistant last spoke (the
+    input audio from `audio_start_ms` to `audio_end_ms`); `unanswered`: re-prompts made since they last
+    spoke. The LLM stage re-prompts them, or says goodbye; while a reply is in progress it lets this pass."""
+
+    item_id: str
+    audio_start_ms: int
+    audio_end_ms: int
+    unanswered: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class TranscriptDelta(Event):
     """A partial transcription pass: newly committed words, and the whole current partial text."""
 

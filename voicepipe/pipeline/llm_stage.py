@@ -12,6 +12,7 @@ from voicepipe.pipeline.events import (
     Error,
     Event,
     Feedback,
+    IdleTimedOut,
     Paced,
     PlaybackPaused,
     Played,
@@ -19,6 +20,7 @@ from voicepipe.pipeline.events import (
     TranscriptFinal,
     TurnConfirmed,
 )
+from voicepipe.pipeline.idle_reply import idle_reply
 from voicepipe.pipeline.items import Items
 from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
 from voicepipe.pipeline.requests import (
@@ -36,6 +38,7 @@ from voicepipe.turns.end_of_turn import probe_position_for
 from voicepipe.turns.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
 
 VERDICTS = TurnEnded | Speculate | DropSpeculation  # turn-taking's, for this stage alone
+ACTED_ON = VERDICTS | BargeInResolved | IdleTimedOut  # passed on by their handlers, if at all
 
 
 class LLMStage(Stage):
@@ -61,14 +64,14 @@ class LLMStage(Stage):
                           CancelRequested: self._cancel_requested, TruncateRequested: self.items.truncate,
                           ItemCreated: self.items.created, ResponseRequested: self._response_requested,
                           ItemRequested: lambda event: self.items.requested(event, self._cancel_item),
-                          SessionUpdate: self._update}
+                          SessionUpdate: self._update, IdleTimedOut: self._idle}
 
     @property
     def turn(self) -> Turn | None:
         return self.replies.turn
 
     async def process(self, event: Event) -> None:
-        if not isinstance(event, VERDICTS | BargeInResolved):
+        if not isinstance(event, ACTED_ON):
             self.emit(event)
         if (handle := self._handlers.get(type(event))) is not None:
             handle(event)
@@ -128,6 +131,15 @@ class LLMStage(Stage):
         speech_end, self.replies.called_for = self.replies.called_for or time.monotonic(), None
         self._reply(None, speech_end, event)
 
+    def _idle(self, event: IdleTimedOut) -> None:
+        """The caller has gone quiet: re-prompt them (the client hears of the timeout first), or say goodbye;
+        not while a reply is still on its way."""
+        if self.replies.answering:
+            return
+        self.emit(event)
+        self._drop_speculation()
+        self._reply(None, event.at, idle_reply(event, self.config.turn_detection.idle_prompts, self.config.spoken))
+
     def _turn_ended(self, event: TurnEnded) -> None:
         final, turn = event.final, self.turn
         if (self.replies.speculating and turn.item_id == final.item_id
@@ -145,9 +157,10 @@ class LLMStage(Stage):
         asked = asked or ResponseRequested(audio=self.config.spoken)
         self.cancel("superseded")
         turn = self.replies.new_turn(item_id, speech_end, asked.audio)
+        turn.last = asked.last
         if not asked.out_of_band:
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
-        prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens, instructions=asked.instructions)
+        prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens, asked.pending, asked.instructions)
         # Out of band, the reply shares no prefix with the conversation's session.
         request = ReplyRequest(prompt, None if asked.out_of_band else self.call_id,
                                asked.max_tokens or self.config.max_tokens, not asked.out_of_band)

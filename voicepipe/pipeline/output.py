@@ -1,5 +1,6 @@
 """The last stage: what the client hears about, the reply audio it plays, and each turn's final numbers."""
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from voicepipe.pipeline.events import (
     FunctionCallArguments,
     FunctionCallDone,
     FunctionCallStarted,
+    IdleTimedOut,
     InputCleared,
     ItemFound,
     PlaybackPaused,
@@ -42,6 +44,7 @@ from voicepipe.protocol import ServerEvent, server_events
 
 # send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
 Send = Callable[..., Awaitable[None]]
+HangUp = Callable[[], Awaitable[None]]  # ends the call from the server's side
 MAX_FRAME_S = 2.0  # longer sentences go out in several frames, well under the usual 1 MiB message limits
 CANCEL_REASONS = {"barge_in": "turn_detected", "client_cancelled": "client_cancelled"}
 RECENT_TURNS = 16  # turns whose record is kept
@@ -72,12 +75,16 @@ class ClientOutput(Stage):
     withheld, while the LLM stage hears what the caller said. Words cancel the reply (the LLM stage cuts
     its item to what was heard by the pause, `Truncated`); a backchannel or a cough resumes it where it
     stopped.
+
+    A turn that is the call's last (the goodbye to an idle caller) hangs up once its audio has played, unless
+    the caller speaks first.
     """
 
     def __init__(self, send: Send, registry: CollectorRegistry, sample_rate: int,
-                 describe: Callable[[], dict] = dict) -> None:
+                 describe: Callable[[], dict] = dict, hang_up: HangUp | None = None) -> None:
         super().__init__()
-        self.send, self.sample_rate, self.describe = send, sample_rate, describe
+        self.send, self.sample_rate, self.describe, self.hang_up = send, sample_rate, describe, hang_up
+        self._goodbye: asyncio.Task | None = None  # hangs up when the last turn's audio has played
         self.clock = PlaybackClock()
         self.metrics = turn_metrics(registry)
         self._audible: Turn | None = None  # the turn whose audio the caller may still be playing
@@ -108,8 +115,13 @@ class ClientOutput(Stage):
     async def _handle(self, event: Event) -> None:
         now = time.monotonic()
         if isinstance(event, SpeechStarted):
+            if self._goodbye is not None:  # the caller is back before the line went dead
+                self._goodbye.cancel()
+                self._goodbye = None
             if event.heard:
                 await self.send(server_events.speech_started(event.item_id, event.audio_start_ms))
+        elif isinstance(event, IdleTimedOut):
+            await self.send(server_events.idle_timeout(event.item_id, event.audio_start_ms, event.audio_end_ms))
         elif isinstance(event, BargeIn):
             await self._pause(event.item_id, now)
         elif isinstance(event, BargeInResolved):
@@ -157,6 +169,8 @@ class ClientOutput(Stage):
             if self._delivered_of(event.turn).chunks:
                 await self.send(server_events.audio_done(event.turn.response_id))
             await self._finish(event.turn, event.reply, "completed")
+            if event.turn.last and self.hang_up is not None:
+                self._goodbye = self.spawn(self._hang_up_after(self.clock.playout_end))
         elif isinstance(event, TurnCancelled):
             if event.turn is self._paused:
                 self._paused, self._withheld = None, []
@@ -165,6 +179,10 @@ class ClientOutput(Stage):
                 await self._finish(event.turn, event.reply, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
         elif isinstance(event, Error):
             await self.send(server_events.error(event.code, event.message, event.type, event.event_id))
+
+    async def _hang_up_after(self, played_at: float) -> None:
+        await asyncio.sleep(max(0.0, played_at - time.monotonic()))
+        await self.hang_up()
 
     async def _audio(self, event: AudioOut, resumed: bool = False) -> None:
         step = int(MAX_FRAME_S * self.sample_rate)

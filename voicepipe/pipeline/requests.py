@@ -46,6 +46,10 @@ class ResponseRequested(Event):
     max_tokens: int | None = None
     out_of_band: bool = False  # `conversation: "none"`: the reply does not join the conversation
     audio: bool = True  # False: a text-only reply, nothing synthesized
+    # Messages read after the conversation for this reply only, never added to it (the conversation's prefix
+    # stays in the KV cache, where other instructions would change its very start).
+    pending: tuple[dict[str, str], ...] = ()
+    last: bool = False  # the call ends once this reply has played
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ class Turn:
     output_item_id: str = field(default_factory=lambda: new_id("item"))  # its assistant message's id
     cancelled: bool = False
     finished: bool = False  # response.done was sent
+    last: bool = False  # the call ends once its audio has played (the goodbye to an idle caller)
 
     @property
     def active(self) -> bool:

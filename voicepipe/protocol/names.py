@@ -26,6 +26,7 @@ class ServerEvent:
     SPEECH_STOPPED = "input_audio_buffer.speech_stopped"
     AUDIO_COMMITTED = "input_audio_buffer.committed"
     AUDIO_CLEARED = "input_audio_buffer.cleared"
+    AUDIO_TIMEOUT = "input_audio_buffer.timeout_triggered"
     TRANSCRIPT_DELTA = "conversation.item.input_audio_transcription.delta"
     TRANSCRIPT_COMPLETED = "conversation.item.input_audio_transcription.completed"
     ITEM_ADDED = "conversation.item.added"

@@ -28,6 +28,13 @@ def speech_stopped(item_id: str, audio_end_ms: int) -> list[dict]:
             {"type": ServerEvent.AUDIO_COMMITTED, "item_id": item_id}]
 
 
+def idle_timeout(item_id: str, audio_start_ms: int, audio_end_ms: int) -> dict:
+    """The caller said nothing from `audio_start_ms` (the last reply's end) to `audio_end_ms`; a re-prompt
+    follows."""
+    return {"type": ServerEvent.AUDIO_TIMEOUT, "item_id": item_id, "audio_start_ms": audio_start_ms,
+            "audio_end_ms": audio_end_ms}
+
+
 def audio_cleared() -> dict:
     return {"type": ServerEvent.AUDIO_CLEARED}
 

@@ -8,9 +8,10 @@ log = logging.getLogger(__name__)
 RATE = 24000  # the Realtime API's PCM rate, both ways
 PCM_NAMES = ("audio/pcm", "pcm16")  # GA's format type, and the beta's format string
 VAD_FIELDS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "eagerness", "create_response",
-              "interrupt_response")
+              "interrupt_response", "idle_timeout_ms", "idle_prompts")
 INPUT_FIELDS = ("format", "turn_detection", "noise_reduction", "echo_cancellation")  # audio.input's, read here
 SEMANTIC_FIELDS = ("type", "eagerness", "create_response", "interrupt_response")  # what its type reads back
+OWN_VAD_FIELDS = ("idle_prompts",)  # this server's, taken but not read back: the Realtime types have no such field
 # Standard fields this server accepts and ignores (with a warning in its log), rather than failing a client
 # that sets them out of habit.
 IGNORED = ("model", "voice", "max_output_tokens",
@@ -82,8 +83,10 @@ def ga_session(native: dict, model: str, beta: bool) -> dict:
     """The session as a Realtime client expects to read it (semantic_vad without the threshold and padding
     the Silero detector under it still uses: the Realtime types have no such fields for it)."""
     vad = native["turn_detection"]
-    if vad is not None and vad["type"] == "semantic_vad":
-        vad = {k: v for k, v in vad.items() if k in SEMANTIC_FIELDS}
+    if vad is not None:  # the beta's server_vad has no idle timeout either
+        dropped = (*OWN_VAD_FIELDS, *(("idle_timeout_ms",) if beta else ()))
+        vad = {k: v for k, v in vad.items() if k not in dropped
+               and (vad["type"] != "semantic_vad" or k in SEMANTIC_FIELDS)}
     common = {"id": native["id"], "object": "realtime.session", "model": model,
               "instructions": native["instructions"], "tools": native["tools"], "tool_choice": native["tool_choice"],
               "scheduler": native["scheduler"], "limits": native["limits"],

@@ -12,6 +12,10 @@
 
 `create_response: false` keeps the detection but leaves replies to the client's `response.create`;
 `interrupt_response: false` lets the caller speak over a reply without stopping it.
+
+`idle_timeout_ms` (off by default) re-prompts a caller who says nothing for that long after a reply has
+played (`input_audio_buffer.timeout_triggered`, then a reply); after `idle_prompts` re-prompts in a row
+went unanswered, the next timeout says goodbye and ends the call (`idle_prompts: null` never does).
 """
 
 import math
@@ -49,6 +53,7 @@ EAGERNESS = {"low": Eagerness(0.1, 3000, 3e-3), "medium": Eagerness(0.05, 1500, 
              "high": Eagerness(0.03, 1000, 3e-3)}
 EAGERNESS["auto"] = EAGERNESS["medium"]
 RANGES = {"threshold": (0.01, 0.99), "prefix_padding_ms": (0, 2000), "silence_duration_ms": (100, 5000)}
+NULLABLE = {"idle_timeout_ms": (1000, 600_000), "idle_prompts": (0, 100)}  # whole numbers, or null: off
 FLAGS = ("create_response", "interrupt_response")
 
 
@@ -63,6 +68,8 @@ class TurnDetection:
     eagerness: str = "auto"  # semantic_vad
     create_response: bool = True
     interrupt_response: bool = True
+    idle_timeout_ms: int | None = None  # re-prompt a caller silent this long after a reply played
+    idle_prompts: int | None = 2  # unanswered re-prompts before the goodbye (None: never hang up)
 
     @property
     def manual(self) -> bool:
@@ -116,6 +123,10 @@ def check_update(update: Any, current: TurnDetection) -> dict[str, Any]:
         elif name in FLAGS:
             if not isinstance(value, bool):
                 raise ValueError(f"turn_detection.{name} must be true or false")
+        elif name in NULLABLE:
+            lo, hi = NULLABLE[name]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi):
+                raise ValueError(f"turn_detection.{name} must be a whole number in [{lo}, {hi}] or null")
         elif name in RANGES:
             lo, hi = RANGES[name]
             number = (float, int) if name == "threshold" else (int,)

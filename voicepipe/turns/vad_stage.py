@@ -11,7 +11,9 @@ from voicepipe.pipeline.events import (
     Error,
     Event,
     Feedback,
+    IdleTimedOut,
     InputCleared,
+    Playout,
     SpeechAudio,
     SpeechPaused,
     SpeechQuiet,
@@ -22,6 +24,7 @@ from voicepipe.pipeline.events import (
 from voicepipe.pipeline.requests import ClearRequested, CommitRequested, SessionUpdate
 from voicepipe.pipeline.stage import Stage
 from voicepipe.turns.endpointer import SAMPLE_RATE, WINDOW_MS, Boundary, Endpointer
+from voicepipe.turns.idle import IdleWatch
 
 # Speech the caller must keep up over the assistant before its audio stops: longer than a click or most
 # coughs, short enough that a real interruption silences the reply within 200 ms of its onset.
@@ -37,6 +40,9 @@ class VADStage(Stage):
     The end of speech is the caller's: when their last voiced window came in (audio arrives in real time,
     so a window's time is its feed's time less the samples fed after it), not when the silence that
     confirms it ran out. Under manual turns the client's commit is the end.
+
+    It also keeps the idle countdown (`IdleWatch`) on the same audio: from the end of the caller's speech,
+    moved on to the end of each reply chunk's playback as it goes out (`Playout`, on its way to the front end).
     """
 
     def __init__(self, endpointer: Endpointer) -> None:
@@ -48,11 +54,13 @@ class VADStage(Stage):
         self._speech_ms = 0  # speech heard in the utterance so far, until it reaches BARGE_IN_MS
         self._voiced_at = 0.0  # when the utterance's last voiced window came in
         self._fed_at = 0.0  # when the previous audio came in
+        self.idle = IdleWatch()
 
     async def process(self, event: Event) -> None:
         if isinstance(event, AudioIn):
             self._boundaries(self.endpointer.feed(event.samples))
             self._fed_at = time.monotonic()
+            self._idle()
         elif isinstance(event, CommitRequested):
             found = self.endpointer.commit()
             if not found:
@@ -70,11 +78,24 @@ class VADStage(Stage):
             self.emit(event)
 
     async def feedback(self, event: Feedback) -> bool:
+        if isinstance(event, Playout):  # audio the caller hears until its end: the silence counts from there
+            ahead_s = event.start + len(event.samples) / event.sample_rate - time.monotonic()
+            self.idle.quiet_from(self._fed_ms() + max(0, int(ahead_s * 1000)))
+            return False
         if not isinstance(event, EndOfTurn):
             return False
         if event.item_id == self.item_id and event.paused_at == self._paused_at:
             self._boundaries(self.endpointer.end_after(event.silence_ms))
         return True
+
+    def _fed_ms(self) -> int:
+        return self.endpointer.fed * 1000 // SAMPLE_RATE
+
+    def _idle(self) -> None:
+        settings = self.endpointer.settings
+        span = self.idle.tick(self._fed_ms(), None if settings.manual else settings.idle_timeout_ms)
+        if span is not None:
+            self.emit(IdleTimedOut(new_id("item"), span.start_ms, span.end_ms, span.unanswered, time.monotonic()))
 
     def _arrived(self, position: int, now: float) -> float:
         """When the audio up to stream `position` came in: real time back from the newest sample, and no
@@ -87,6 +108,7 @@ class VADStage(Stage):
             ms = found.position * 1000 // SAMPLE_RATE
             if found.kind == "start":
                 self.item_id, self._speech_ms = new_id("item"), 0
+                self.idle.speech()
                 self.emit(SpeechStarted(self.item_id, ms, now, heard=not self.endpointer.settings.manual))
             elif found.kind == "audio":
                 self.emit(SpeechAudio(self.item_id, found.audio, found.is_speech))
@@ -106,6 +128,7 @@ class VADStage(Stage):
                 self._paused_at, self._quiet = None, False
                 end = now if self.endpointer.settings.manual else self._voiced_at
                 self.emit(SpeechStopped(self.item_id, ms, now, found.speech_samples, found.truncated, end))
+                self.idle.quiet_from(ms)
                 if found.truncated:
                     limit = self.endpointer.max_utterance_s
                     self.emit(Error("utterance_too_long", f"speech longer than {limit:g} s was cut there and "

@@ -1,0 +1,22 @@
+"""What the assistant says to a caller who has gone quiet: a re-prompt, and after enough of them, goodbye.
+
+The nudge is a message read after the conversation for that one reply (never added to it), so the model
+answers in the conversation's own voice and language and its prefix stays cached.
+"""
+
+from voicepipe.pipeline.events import IdleTimedOut
+from voicepipe.pipeline.requests import ResponseRequested
+
+REPROMPT = ("[The caller has said nothing for {seconds:g} seconds. In one short sentence, check that they are "
+            "still there or invite them to go on.]")
+GOODBYE = ("[The caller has not answered for {seconds:g} seconds. Say a short, friendly goodbye in one "
+           "sentence; the call ends after it.]")
+
+
+def idle_reply(event: IdleTimedOut, prompts: int | None, spoken: bool) -> ResponseRequested:
+    """The reply to an idle timeout: a re-prompt, or the goodbye once `prompts` re-prompts went unanswered
+    (`prompts` None: never)."""
+    last = prompts is not None and event.unanswered >= prompts
+    seconds = round((event.audio_end_ms - event.audio_start_ms) / 1000, 1)
+    nudge = (GOODBYE if last else REPROMPT).format(seconds=seconds)
+    return ResponseRequested(audio=spoken, pending=({"role": "user", "content": nudge},), last=last)
