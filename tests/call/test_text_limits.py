@@ -1,4 +1,4 @@
-"""The text API cannot run away: unsupported parameters (the legacy `functions`, log probabilities) are
+"""The text API cannot run away: unsupported parameters (log probabilities, several choices) are
 refused by name, a request gets a bounded length, at most N wait or run at once (429 beyond), a client
 that leaves a whole answer aborts it, and unknown paths answer in OpenAI's shape. A real server over the
 fake engine: milliseconds."""
@@ -28,10 +28,9 @@ def chat(**extra) -> dict:
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"functions": [{"name": "f"}]}, "functions"),
-    ({"function_call": "auto"}, "function_call"),
     ({"logprobs": True}, "logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),
+    ({"n": 2}, "n"),
 ])
 async def test_parameters_not_supported_are_refused_by_name(served, extra, param):
     status, _, body = await post(served[0], chat(**extra))

@@ -1,7 +1,8 @@
 """Function calling and structured outputs in the text API, over the fake engine (milliseconds): the request
 the engine gets (its grammar, the tools in its prompt, the history's calls), the answer's `tool_calls`
-whole and as stream deltas (checked against the openai package's own types), and bad schemas refused by
-the field at fault. The call format's parser on its own too, fed in every possible split."""
+(or `function_call`, asked the deprecated way) whole and as stream deltas (checked against the openai
+package's own types), and bad schemas refused by the field at fault. The call format's parser on its own
+too, fed in every possible split."""
 
 import json
 
@@ -80,6 +81,47 @@ async def test_the_history_carries_calls_and_their_results_in_the_call_format(se
     assert status == 200
     said = [engine.tokenizer.strings[i] for i in engine.requests[-1].prompt]
     assert f"assistant: {CALL}" in said and "tool: 1591" in said
+
+
+async def test_the_deprecated_functions_are_read_as_tools_and_answered_with_a_function_call(served):
+    """`functions` / `function_call` (still in OpenAI's schema, and sent by clients written against it):
+    the same grammar and prompt as the tools they stand for, the call as `function_call`, whole and streamed."""
+    server, engine = served
+    legacy = {"functions": [MULTIPLY["function"], CLOCK["function"]], "function_call": {"name": "multiply"}}
+    status, body = await post(server, chat(**legacy))
+    assert status == 200, body
+    choice = ChatCompletion.model_validate(body).choices[0]
+    assert choice.finish_reason == "function_call" and not choice.message.tool_calls
+    assert choice.message.function_call.name == "multiply"
+    assert json.loads(choice.message.function_call.arguments) == {"a": 37, "b": 43}
+    assert engine.requests[-1].params.grammar.kind == "structural_tag"
+    payload = await http(server, chat(**legacy, stream=True))
+    lines = [line[6:] for line in payload.decode().splitlines() if line.startswith("data: ")]
+    chunks = [ChatCompletionChunk.model_validate(json.loads(line)) for line in lines[:-1]]
+    calls = [c.choices[0].delta.function_call for c in chunks if c.choices[0].delta.function_call]
+    assert calls[0].name == "multiply" and json.loads("".join(c.arguments or "" for c in calls)) == {"a": 37, "b": 43}
+    assert chunks[-1].choices[0].finish_reason == "function_call"
+    status, body = await post(server, chat(functions=[MULTIPLY["function"]], function_call="none"))
+    assert status == 200 and engine.requests[-1].params.grammar is None
+
+
+async def test_a_deprecated_call_and_its_result_in_the_history_read_as_a_tool_call(served):
+    server, engine = served
+    history = [{"role": "user", "content": "What is 37 times 43?"},
+               {"role": "assistant", "content": None,
+                "function_call": {"name": "multiply", "arguments": '{"a": 37, "b": 43}'}},
+               {"role": "function", "name": "multiply", "content": "1591"}]
+    status, _ = await post(server, {"model": "fake-model", "messages": history,
+                                    "functions": [MULTIPLY["function"]]})
+    assert status == 200
+    said = [engine.tokenizer.strings[i] for i in engine.requests[-1].prompt]
+    assert f"assistant: {CALL}" in said and "tool: 1591" in said
+
+
+async def test_tools_and_the_deprecated_functions_together_are_refused(served):
+    server, _ = served
+    status, body = await post(server, chat(tools=[MULTIPLY], functions=[MULTIPLY["function"]]))
+    assert status == 400 and body["error"]["param"] == "functions"
 
 
 async def test_none_and_no_tools_leave_the_reply_unconstrained(served):

@@ -71,10 +71,11 @@ async def test_stop_strings_and_seeds(client):
                                                    stop=[stop])
     assert stopped.choices[0].message.content == free[:free.index(stop)]
     assert stopped.choices[0].finish_reason == "stop"
-    sampled = [await client.chat.completions.create(model="any", messages=messages, max_tokens=12,
-                                                    temperature=1.0, seed=seed) for seed in (1, 1, 2)]
+    # The same seed four times, as the openai SDK's own check asks (the prompt's pages are cached after the first).
+    sampled = [await client.chat.completions.create(model="any", messages=messages, max_tokens=40,
+                                                    temperature=1.0, seed=seed) for seed in (1, 1, 1, 1, 2)]
     texts = [s.choices[0].message.content for s in sampled]
-    assert texts[0] == texts[1], "the same seed gave different answers"
+    assert len(set(texts[:4])) == 1, texts
 
 
 async def test_bad_requests_get_openai_errors(client):

@@ -6,8 +6,7 @@ import schemathesis
 
 
 def asks_what_is_refused(body: dict) -> bool:
-    if body.get("functions") or body.get("function_call") not in (None, "none") or body.get("logprobs") \
-            or body.get("top_logprobs") or (isinstance(body.get("n"), int) and body["n"] > 1):
+    if body.get("logprobs") or body.get("top_logprobs") or (isinstance(body.get("n"), int) and body["n"] > 1):
         return True  # unsupported_parameter, named
     messages = body.get("messages")
     for message in messages if isinstance(messages, list) else ():

@@ -59,6 +59,7 @@ class Message(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]  # function: the old tool
     content: str | list[TextPart] | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant's calls, in the history
+    function_call: FunctionCall | None = None  # the same, as the deprecated `functions` wrote one
     tool_call_id: str | None = None  # a tool's answer: to which call
 
     @field_validator("content", mode="before")
@@ -75,7 +76,8 @@ class Message(BaseModel):
     def as_chat(self) -> dict[str, str]:
         """The message as the model reads it: calls in the call format, a tool's answer as its own role."""
         text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
-        text += "".join(tools.call_text(c.function.name, c.function.arguments) for c in self.tool_calls or [])
+        calls = [c.function for c in self.tool_calls or []] + ([self.function_call] if self.function_call else [])
+        text += "".join(tools.call_text(c.name, c.arguments) for c in calls)
         return {"role": ROLES.get(self.role, self.role), "content": text}
 
 
@@ -103,23 +105,27 @@ class ChatRequest(BaseModel):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None  # either way, at most one call per response
     response_format: dict[str, Any] | None = None
-    # Not done: refused by `unsupported` rather than ignored, so a client asking for them knows.
+    # The deprecated forms of `tools` and `tool_choice`, read as them; the reply then names its call
+    # `function_call`, as it did for them.
     functions: list[Any] | None = None
     function_call: Any = None
+    # Not done: refused by `unsupported` rather than ignored, so a client asking for them knows.
     logprobs: bool | None = None
     top_logprobs: int | None = None
 
     def unsupported(self) -> str | None:
         """The first parameter asked for that this server cannot honour, if any."""
-        asked = {"functions": bool(self.functions), "function_call": self.function_call not in (None, "none"),
-                 "logprobs": bool(self.logprobs), "top_logprobs": bool(self.top_logprobs), "n": (self.n or 1) > 1}
+        asked = {"logprobs": bool(self.logprobs), "top_logprobs": bool(self.top_logprobs), "n": (self.n or 1) > 1}
         return next((name for name, wanted in asked.items() if wanted), None)
 
     def structure(self) -> "tuple[list[tools.Tool], str | None, Grammar | None, list[tuple[str, Grammar]]]":
         """(tools, tool choice, grammar, what must compile first by field): what the reply must look like.
         ValueError("param: why") names the field at fault."""
-        found = tools.parse_tools(self.tools) if self.tools else []
-        choice = tools.choose(found, self.tool_choice)
+        if self.legacy and (self.tools or self.tool_choice is not None):
+            raise ValueError("functions: give tools or the deprecated functions, not both")
+        given = [{"type": "function", "function": f} for f in self.functions or []] if self.legacy else self.tools
+        found = tools.parse_tools(given) if given else []
+        choice = tools.choose(found, legacy_choice(self.function_call) if self.legacy else self.tool_choice)
         if choice is not None:
             if self.response_format and self.response_format.get("type", "text") != "text":
                 raise ValueError("response_format: give tools or a response_format, not both")
@@ -131,6 +137,11 @@ class ChatRequest(BaseModel):
         return found, None, grammar, [("response_format" if grammar.kind == "json_object"
                                        else "response_format.json_schema.schema", grammar)]
 
+    @property
+    def legacy(self) -> bool:
+        """Functions asked for the deprecated way (`functions`, `function_call`)."""
+        return self.functions is not None or self.function_call is not None
+
     def sampling(self, limit: int, default_max_tokens: int) -> SamplingParams:
         """`limit`: what the context leaves; a request that names no length gets `default_max_tokens`, and
         none gets more than that bound either (a runaway request holds the device for minutes)."""
@@ -141,6 +152,13 @@ class ChatRequest(BaseModel):
         return SamplingParams(max_tokens=min(wanted, limit, default_max_tokens),
                               temperature=1.0 if self.temperature is None else self.temperature,
                               top_p=1.0 if self.top_p is None else self.top_p, stop=tuple(stop), seed=self.seed)
+
+
+def legacy_choice(function_call: Any) -> Any:
+    """`function_call` as a `tool_choice`: "none" and "auto" as they are, `{"name": f}` as that function."""
+    if isinstance(function_call, dict) and set(function_call) == {"name"}:
+        return {"type": "function", "function": function_call}
+    return function_call
 
 
 def response_grammar(fmt: dict[str, Any] | None) -> Grammar | None:
@@ -229,7 +247,8 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
                 return counted(openai_error(400, f"the prompt has {len(prompt)} tokens; this model takes at "
                                             f"most {limit}", "context_length_exceeded", "messages"))
             params.max_tokens = min(params.max_tokens, limit - len(prompt))
-            completion = Completion(new_id("chatcmpl"), model_id, len(prompt), calls=choice is not None)
+            completion = Completion(new_id("chatcmpl"), model_id, len(prompt), calls=choice is not None,
+                                    legacy=body.legacy)
             stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
             metrics.api_requests.labels("chat.completions", "200").inc()
             if body.stream:

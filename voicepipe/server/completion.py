@@ -13,8 +13,9 @@ from voicepipe.constrained import tools
 class Completion:
     """One answer as it streams: its text, finish reason and token counts, in either response shape."""
 
-    def __init__(self, id: str, model: str, prompt_tokens: int, calls: bool = False) -> None:
+    def __init__(self, id: str, model: str, prompt_tokens: int, calls: bool = False, legacy: bool = False) -> None:
         self.id, self.model, self.prompt_tokens = id, model, prompt_tokens
+        self.legacy = legacy  # asked with the deprecated `functions`: a call comes back as `function_call`
         self.created = int(time.time())
         self.text, self.tokens, self.finish_reason = "", 0, None
         self.error: str | None = None  # why the engine failed the request, if it did
@@ -28,7 +29,8 @@ class Completion:
         if finish_reason is not None:
             pieces += self.parser.flush() if self.parser is not None else []
             calls = self.parser is not None and self.parser.calls
-            self.finish_reason = "tool_calls" if calls and finish_reason == "stop" else \
+            called = "function_call" if self.legacy else "tool_calls"
+            self.finish_reason = called if calls and finish_reason == "stop" else \
                 finish_reason if finish_reason in ("stop", "length") else "error"
             if finish_reason.startswith("error"):
                 self.error = finish_reason.removeprefix("error: ")
@@ -37,11 +39,15 @@ class Completion:
             if kind == "text" and value:
                 self.text += value
                 deltas.append({"content": value})
+            elif kind == "start" and self.legacy:
+                deltas.append({"function_call": {"name": value.name, "arguments": ""}})
             elif kind == "start":
                 deltas.append({"tool_calls": [{"index": self.calls_started, "id": value.call_id,
                                                "type": "function", "function": {"name": value.name,
                                                                                 "arguments": ""}}]})
                 self.calls_started += 1
+            elif kind == "arguments" and self.legacy:
+                deltas.append({"function_call": {"arguments": value}})
             elif kind == "arguments":
                 deltas.append({"tool_calls": [{"index": self.calls_started - 1, "function": {"arguments": value}}]})
         return deltas
@@ -56,7 +62,9 @@ class Completion:
         calls = self.parser.calls if self.parser is not None else []
         message: dict[str, Any] = {"role": "assistant", "content": self.text.strip() or None if calls else self.text,
                                    "refusal": None}
-        if calls:
+        if calls and self.legacy:
+            message["function_call"] = {"name": calls[0].name, "arguments": calls[0].arguments}
+        elif calls:
             message["tool_calls"] = [{"id": c.call_id, "type": "function",
                                       "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
         return message
