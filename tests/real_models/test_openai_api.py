@@ -144,6 +144,37 @@ async def test_realtime_call_with_speech(client, server, speech_wav, asr, words)
     assert len(words(heard) & words(said)) >= max(1, len(words(said)) // 2), (heard, said)
 
 
+@pytest.mark.parametrize("coding", ["pcmu", "pcma"])
+async def test_realtime_call_in_phone_audio(client, speech_wav, asr, words, coding):
+    """G.711 both ways at 8 kHz, as a telephony bridge sends and plays it: heard, answered, and the answer
+    is speech (Whisper hears its own words in it)."""
+    from voicepipe.wire_audio import PCMA, PCMU
+
+    codec = {"pcmu": PCMU, "pcma": PCMA}[coding]
+    question = read_audio(speech_wav(QUESTION), 16000)
+    async with client.realtime.connect(model="voicepipe") as conn:
+        seen: list = []
+        await events_until(conn, "session.created", seen)
+        await conn.session.update(session={"type": "realtime", "instructions": "Answer in one short sentence.",
+                                           "audio": {"input": {"format": {"type": f"audio/{coding}"}},
+                                                     "output": {"format": {"type": f"audio/{coding}"}}}})
+        updated = await events_until(conn, "session.updated", seen)
+        assert updated.session.audio.input.format.type == updated.session.audio.output.format.type == f"audio/{coding}"
+        phone = codec.encode(to_pcm16(resample(np.concatenate([question, np.zeros(16000, np.float32)]), 16000, 8000)))
+        for offset in range(0, len(phone), 800):  # 100 ms of 8-bit samples
+            await conn.input_audio_buffer.append(audio=base64.b64encode(phone[offset:offset + 800]).decode())
+            await asyncio.sleep(0.05)
+        await events_until(conn, "response.done", seen)
+    transcript = next(e for e in seen if e.type == "conversation.item.input_audio_transcription.completed")
+    assert {"capital", "france"} <= words(transcript.transcript)
+    said = "".join(e.delta for e in seen if e.type == "response.output_audio_transcript.delta")
+    coded = b"".join(base64.b64decode(e.delta) for e in seen if e.type == "response.output_audio.delta")
+    reply = codec.decode(coded)
+    assert len(reply) == len(coded) > 8000 // 2, "less than half a second of reply audio"
+    heard = asr.transcribe(resample(to_float32(reply), 8000, 16000))
+    assert len(words(heard) & words(said)) >= max(1, len(words(said)) // 2), (heard, said)
+
+
 async def test_realtime_text_turn_and_cancel(client):
     async with client.realtime.connect(model="voicepipe") as conn:
         seen: list = []
@@ -233,7 +264,7 @@ async def test_beta_clients_get_the_beta_names(server):
             updated = await until("session.updated")
             assert (updated["session"]["turn_detection"] or {}).get("eagerness") == (detection or {}).get("eagerness")
             assert (updated["session"]["turn_detection"] is None) is (detection is None)
-        await ws.send(json.dumps({"type": "session.update", "session": {"input_audio_format": "g711_ulaw"}}))
+        await ws.send(json.dumps({"type": "session.update", "session": {"input_audio_format": "g729"}}))
         assert (await until("error"))["error"]["code"] == "unsupported_session"
         await ws.send(json.dumps({"type": "conversation.item.create", "item": {
             "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say hello."}]}}))

@@ -46,15 +46,20 @@ def too_large(message: str | bytes, limit: int) -> dict | None:
 
 def audio_bytes(event: dict) -> bytes:
     """The PCM16 bytes of an `input_audio_buffer.append` (base64 in its `audio`), in every dialect."""
+    pcm = audio_base64(event)
+    check_pcm16(pcm)
+    return pcm
+
+
+def audio_base64(event: dict) -> bytes:
+    """The bytes of an `input_audio_buffer.append`'s `audio`, however they are coded."""
     audio = event.get("audio")
     try:
         if not isinstance(audio, str):
             raise ValueError("'audio' must be a base64 string")
-        pcm = base64.b64decode(audio, validate=True)
+        return base64.b64decode(audio, validate=True)
     except (ValueError, binascii.Error) as e:
         raise ClientError(f"input_audio_buffer.append: {e}", "invalid_audio") from None
-    check_pcm16(pcm)
-    return pcm
 
 
 def check_pcm16(pcm: bytes) -> None:

@@ -1,8 +1,9 @@
 """`/v1/realtime`: the OpenAI Realtime API's dialect over a native call.
 
 A `RealtimeDialect` is the transport the session talks to: it turns the client's Realtime events into
-native ones (24 kHz base64 audio into 16 kHz frames, the GA session shape into the native one) and the
-session's native events into Realtime ones (audio frames into base64 deltas at 24 kHz, responses into
+native ones (base64 audio, 24 kHz PCM16 or 8 kHz G.711 as the session asks, into 16 kHz frames, the GA
+session shape into the native one) and the session's native events into Realtime ones (audio frames into
+base64 deltas coded the same way, responses into
 their output item and content part events, an `event_id` on each). The pipeline never knows which
 dialect its caller speaks.
 """
@@ -20,8 +21,16 @@ from voicepipe.call.runtime import Runtime
 from voicepipe.ids import new_id
 from voicepipe.protocol import ClientEvent, ServerEvent, client_events, server_events
 from voicepipe.protocol.transport import Transport
-from voicepipe.server.realtime_session import RATE, UnsupportedSession, ga_session, native_update
+from voicepipe.server.realtime_session import (
+    PCM,
+    UnsupportedSession,
+    audio_formats,
+    format_of,
+    ga_session,
+    native_update,
+)
 from voicepipe.turns.endpointer import SAMPLE_RATE
+from voicepipe.wire_audio import WireAudio
 
 log = logging.getLogger(__name__)
 # GA name -> the beta name older clients read (sent instead when the client asks for the beta).
@@ -42,7 +51,8 @@ class RealtimeDialect:
         self.line, self.beta, self.max_message_bytes, self.max_items = line, beta, max_message_bytes, max_items
         self.model = runtime.model_id
         self.tts_rate = runtime.tts_rate
-        self._mic = soxr.ResampleStream(RATE, SAMPLE_RATE, 1, dtype="int16")
+        self.heard, self.said = PCM, PCM  # how the client's audio is coded, both ways: PCM16 or G.711
+        self._mic = soxr.ResampleStream(self.heard.rate, SAMPLE_RATE, 1, dtype="int16")
         self._speaker: soxr.ResampleStream | None = None
         self._audio_header: dict | None = None  # the native delta whose binary frame comes next
         self._responses: dict[str, dict] = {}  # response id -> its assistant item, transcript so far
@@ -55,7 +65,8 @@ class RealtimeDialect:
             message = await self.line.recv()
             if isinstance(message, bytes):
                 await self._send(server_events.error("invalid_event", "send audio as input_audio_buffer.append events "
-                                               "(base64 PCM16 at 24 kHz), not binary frames"))
+                                               "(base64, coded as the session's input format), not "
+                                               "binary frames"))
                 continue
             refused = client_events.too_large(message, self.max_message_bytes)
             if refused is not None:
@@ -74,17 +85,24 @@ class RealtimeDialect:
         cause = client_events.event_id_of(event)
         if kind == ClientEvent.AUDIO_APPEND:
             try:
-                pcm = client_events.audio_bytes(event)
+                samples = self.heard.decode(client_events.audio_base64(event))
             except client_events.ClientError as e:
                 await self._send(server_events.error(e.code, str(e), event_id=cause))
                 return None
-            return self._mic.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2").tobytes() or None
+            except ValueError as e:
+                await self._send(server_events.error("invalid_audio", f"input_audio_buffer.append: {e}",
+                                                     event_id=cause))
+                return None
+            return self._mic.resample_chunk(samples).astype("<i2").tobytes() or None
         if kind == ClientEvent.SESSION_UPDATE:
             try:
-                return {"type": ClientEvent.SESSION_UPDATE, "session": native_update(event.get("session"))}
+                heard, said = audio_formats(event.get("session"))
+                native = native_update(event.get("session"))
             except UnsupportedSession as e:
                 await self._send(server_events.error("unsupported_session", str(e), event_id=cause))
                 return None
+            self._code(heard or self.heard, said or self.said)
+            return {"type": ClientEvent.SESSION_UPDATE, "session": native}
         return event  # the rest has the same name and shape natively (or the session says so)
 
     # -- session -> client -----------------------------------------------------------------------------------
@@ -108,19 +126,28 @@ class RealtimeDialect:
         if header is None:
             return
         if self._speaker is None:
-            self._speaker = soxr.ResampleStream(self.tts_rate, RATE, 1, dtype="int16")
+            self._speaker = soxr.ResampleStream(self.tts_rate, self.said.rate, 1, dtype="int16")
         audio = self._speaker.resample_chunk(np.frombuffer(pcm, "<i2")).astype("<i2")
         response = self._responses.get(header["response_id"])
         if response is not None and len(audio):
             await self._send({"type": "response.output_audio.delta", **response["where"],
-                              "delta": base64.b64encode(audio.tobytes()).decode()})
+                              "delta": base64.b64encode(self.said.encode(audio)).decode()})
+
+    def _code(self, heard: WireAudio, said: WireAudio) -> None:
+        """The client's audio coded anew (each direction's resampler restarts only if its rate changed)."""
+        if heard.rate != self.heard.rate:
+            self._mic = soxr.ResampleStream(heard.rate, SAMPLE_RATE, 1, dtype="int16")
+        if said.rate != self.said.rate:
+            self._speaker = None
+        self.heard, self.said = heard, said
 
     def _outbound(self, event: dict) -> list[dict]:
         kind = event.get("type")
         if self.beta and kind in (ServerEvent.ITEM_ADDED, ServerEvent.ITEM_RETRIEVED):
             event = {**event, "item": _beta_item(event["item"])}
         if kind in (ServerEvent.SESSION_CREATED, ServerEvent.SESSION_UPDATED):
-            return [{"type": kind, "session": ga_session(event["session"], self.model, self.beta)}]
+            return [{"type": kind, "session": ga_session(event["session"], self.model, self.beta, self.heard,
+                                                        self.said)}]
         if kind == ServerEvent.SCHEDULER_STATS:
             return []  # the web page's panel; not a Realtime event
         if kind == ServerEvent.AUDIO_COMMITTED:
@@ -224,10 +251,10 @@ class RealtimeDialect:
                                 "output": output}
         if self.beta:
             body.update(modalities=["audio", "text"] if spoken else ["text"], voice="piper",
-                        output_audio_format="pcm16")
+                        output_audio_format=format_of(self.said, True))
         else:
             body.update(output_modalities=["audio" if spoken else "text"],
-                        audio={"output": {"format": {"type": "audio/pcm", "rate": RATE}, "voice": "piper"}})
+                        audio={"output": {"format": format_of(self.said, False), "voice": "piper"}})
         if usage is not None:
             body["usage"] = {**usage, "input_token_details": {"text_tokens": usage["input_tokens"],
                                                               "audio_tokens": 0, "cached_tokens": 0},
@@ -256,7 +283,7 @@ class RealtimeDialect:
             self._speaker = None
             if len(tail):
                 events.append({"type": "response.output_audio.delta", **response["where"],
-                               "delta": base64.b64encode(tail.tobytes()).decode()})
+                               "delta": base64.b64encode(self.said.encode(tail)).decode()})
         return [*events, {"type": "response.output_audio.done", **response["where"]}]
 
     def _response_done(self, native: dict) -> list[dict]:

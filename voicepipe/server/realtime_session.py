@@ -4,9 +4,13 @@ native session: what `session.update` may change here, and what `session.created
 import logging
 from typing import Any
 
+from voicepipe.wire_audio import PCMA, PCMU, PHONE_RATE, WireAudio
+
 log = logging.getLogger(__name__)
 RATE = 24000  # the Realtime API's PCM rate, both ways
 PCM_NAMES = ("audio/pcm", "pcm16")  # GA's format type, and the beta's format string
+PCM = WireAudio("pcm16", RATE)
+G711_NAMES = {"audio/pcmu": PCMU, "audio/pcma": PCMA, "g711_ulaw": PCMU, "g711_alaw": PCMA}  # GA, beta
 VAD_FIELDS = ("type", "threshold", "prefix_padding_ms", "silence_duration_ms", "eagerness", "create_response",
               "interrupt_response", "idle_timeout_ms", "idle_prompts")
 INPUT_FIELDS = ("format", "turn_detection", "noise_reduction", "echo_cancellation")  # audio.input's, read here
@@ -21,7 +25,7 @@ IGNORED = ("model", "voice", "max_output_tokens",
 
 
 class UnsupportedSession(ValueError):
-    """A session.update asking for something this server cannot do (another audio format)."""
+    """A session.update asking for something this server cannot do (an audio format it does not code)."""
 
 
 def native_update(session: Any) -> dict:
@@ -41,8 +45,6 @@ def native_update(session: Any) -> dict:
             else modalities
     audio = session.get("audio") or {}
     inputs, outputs = (audio.get("input") or {}), (audio.get("output") or {})
-    _check_format(inputs.get("format", session.get("input_audio_format")), "input")
-    _check_format(outputs.get("format", session.get("output_audio_format")), "output")
     if "noise_reduction" in inputs or "input_audio_noise_reduction" in session:
         native["noise_reduction"] = inputs.get("noise_reduction", session.get("input_audio_noise_reduction"))
     if "echo_cancellation" in session or "echo_cancellation" in inputs:  # this server's own: false where the
@@ -66,22 +68,41 @@ def native_update(session: Any) -> dict:
     return native
 
 
-def _check_format(fmt: Any, which: str) -> None:
+def audio_formats(session: Any) -> tuple[WireAudio | None, WireAudio | None]:
+    """The input and output audio a `session.update` asks for (None: unchanged), GA or beta shaped."""
+    if not isinstance(session, dict):
+        return None, None
+    audio = session.get("audio") or {}
+    inputs, outputs = (audio.get("input") or {}), (audio.get("output") or {})
+    return (wire_audio(inputs.get("format", session.get("input_audio_format")), "input"),
+            wire_audio(outputs.get("format", session.get("output_audio_format")), "output"))
+
+
+def wire_audio(fmt: Any, which: str) -> WireAudio | None:
     if fmt is None:
-        return
-    kind, rate = None, None
-    if isinstance(fmt, str):
-        kind, rate = fmt, RATE
-    elif isinstance(fmt, dict):
-        kind, rate = fmt.get("type"), fmt.get("rate", RATE)
-    if kind not in PCM_NAMES or rate != RATE:
-        raise UnsupportedSession(f"{which} audio format {fmt!r} is not supported; this server speaks "
-                                 f"{{'type': 'audio/pcm', 'rate': {RATE}}} (beta: 'pcm16')")
+        return None
+    kind, rate = (fmt, None) if isinstance(fmt, str) else (fmt.get("type"), fmt.get("rate")) \
+        if isinstance(fmt, dict) else (None, None)
+    if kind in PCM_NAMES and rate in (None, RATE):
+        return PCM
+    if kind in G711_NAMES and rate in (None, PHONE_RATE):
+        return G711_NAMES[kind]
+    raise UnsupportedSession(f"{which} audio format {fmt!r} is not supported; this server speaks "
+                             f"{{'type': 'audio/pcm', 'rate': {RATE}}}, {{'type': 'audio/pcmu'}} and "
+                             "{'type': 'audio/pcma'} (beta: 'pcm16', 'g711_ulaw', 'g711_alaw')")
 
 
-def ga_session(native: dict, model: str, beta: bool) -> dict:
-    """The session as a Realtime client expects to read it (semantic_vad without the threshold and padding
-    the Silero detector under it still uses: the Realtime types have no such fields for it)."""
+def format_of(audio: WireAudio, beta: bool) -> dict | str:
+    """How a session reads `audio` back: GA's format object or the beta's string."""
+    if audio.coding == "pcm16":
+        return "pcm16" if beta else {"type": "audio/pcm", "rate": RATE}
+    return {"pcmu": "g711_ulaw", "pcma": "g711_alaw"}[audio.coding] if beta else {"type": f"audio/{audio.coding}"}
+
+
+def ga_session(native: dict, model: str, beta: bool, heard: WireAudio = PCM, said: WireAudio = PCM) -> dict:
+    """The session as a Realtime client expects to read it, its audio coded as `heard` (in) and `said` (out)
+    (semantic_vad without the threshold and padding the Silero detector under it still uses: the Realtime
+    types have no such fields for it)."""
     vad = native["turn_detection"]
     if vad is not None:  # the beta's server_vad has no idle timeout either
         dropped = (*OWN_VAD_FIELDS, *(("idle_timeout_ms",) if beta else ()))
@@ -94,12 +115,12 @@ def ga_session(native: dict, model: str, beta: bool) -> dict:
     if beta:
         spoken = native["output_modalities"] == ["audio"]
         return {**common, "modalities": ["audio", "text"] if spoken else ["text"], "voice": "piper",
-                "input_audio_format": "pcm16", "output_audio_format": "pcm16", "turn_detection": vad,
+                "input_audio_format": format_of(heard, True), "output_audio_format": format_of(said, True),
+                "turn_detection": vad,
                 "input_audio_noise_reduction": native["noise_reduction"]}
-    pcm = {"type": "audio/pcm", "rate": RATE}
     return {**common, "type": "realtime", "output_modalities": native["output_modalities"],
-            "audio": {"input": {"format": pcm, "turn_detection": vad, "transcription": {"model": "whisper"},
-                                "noise_reduction": native["noise_reduction"]},
-                      "output": {"format": pcm, "voice": "piper", "speed": 1.0}},
+            "audio": {"input": {"format": format_of(heard, False), "turn_detection": vad,
+                                "transcription": {"model": "whisper"}, "noise_reduction": native["noise_reduction"]},
+                      "output": {"format": format_of(said, False), "voice": "piper", "speed": 1.0}},
             "max_output_tokens": "inf", "tracing": None,
             "truncation": "auto"}
