@@ -80,15 +80,16 @@ class Call:
         await self.pipeline.stop()
 
 
-async def http_post(server, body: dict, path: str = "/v1/chat/completions",
-                    timeout: float = 10.0) -> tuple[int, dict, bytes]:
-    """A raw HTTP POST of `body` as JSON to a loopback server: (status, headers, body), a chunked body
-    joined (a stream's server-sent events)."""
+async def http_post(server, body: dict, path: str = "/v1/chat/completions", timeout: float = 10.0,
+                    headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
+    """A raw HTTP POST of `body` as JSON to a loopback server (with any other `headers`): (status, headers,
+    body), a chunked body joined (a stream's server-sent events)."""
     import json
 
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     data = json.dumps(body)
-    writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{extra}"
                  f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n{data}".encode())
     raw = await asyncio.wait_for(reader.read(), timeout)
     writer.close()

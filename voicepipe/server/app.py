@@ -3,7 +3,7 @@ security check."""
 
 import mimetypes
 
-from fastapi import FastAPI, HTTPException, WebSocket
+from fastapi import FastAPI, HTTPException, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -17,9 +17,11 @@ from voicepipe.server.host import CallHost
 from voicepipe.server.methods import Methods
 from voicepipe.server.realtime import RealtimeDialect
 from voicepipe.server.security import Access
+from voicepipe.server.twilio import TwilioDialect, twiml
 
 mimetypes.add_type("text/javascript", ".js")  # some systems' tables still say application/javascript
 OPEN_PATHS = ("/health", "/ready", "/metrics")  # probes and scrapers: no key, nothing private
+TWILIO_MEDIA = "/v1/twilio/media"  # Twilio's websocket brings no key: its `start` message does (twilio.py)
 
 
 def build_app(server: CallHost) -> FastAPI:
@@ -59,6 +61,20 @@ def build_app(server: CallHost) -> FastAPI:
                                 lambda line: RealtimeDialect(line, server.runtime, limits.max_message_bytes, beta,
                                                              limits.max_conversation_items))
 
+    @app.api_route("/v1/twilio/voice", methods=["GET", "POST"])
+    async def twilio_voice(request: Request) -> Response:
+        """The TwiML a Twilio number's voice webhook fetches: connect the call to the media stream here."""
+        scheme = "wss" if request.headers.get("x-forwarded-proto", request.url.scheme) in ("https", "wss") else "ws"
+        url = f"{scheme}://{request.headers.get('host', '')}{TWILIO_MEDIA}"
+        return Response(twiml(url, server.security.api_key), media_type="text/xml")
+
+    @app.websocket(TWILIO_MEDIA)
+    async def twilio_call(ws: WebSocket) -> None:
+        limits = server.limits
+        await server.serve_call(ws, ws.scope["voicepipe.access"], "twilio",
+                                lambda line: TwilioDialect(line, server.runtime, limits.max_message_bytes,
+                                                           server.security.api_key))
+
     install_error_handlers(app)
     router = build_router(server.runtime, server.limits, server.metrics)
     app.include_router(router)
@@ -97,9 +113,11 @@ class Guard:
 
 def _open(scope: Scope, access: Access) -> bool:
     """The page, probes and metrics need no key (the page's calls do); a bad Host is refused everywhere."""
-    if access.status != 401 or scope["type"] != "http":
+    if access.status != 401:
         return False
     path = scope["path"]
+    if scope["type"] != "http":
+        return path == TWILIO_MEDIA
     return path in OPEN_PATHS or not path.startswith("/v1/")
 
 

@@ -6,6 +6,8 @@ that resolves to 127.0.0.1 (DNS rebinding: the Host header then carries that nam
 server refuses). The API key, when set, is required of every API request and call.
 """
 
+import base64
+import binascii
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +61,11 @@ class Security:
         scheme, _, token = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             offered.append(token.strip())
+        elif scheme.lower() == "basic":  # the key as the password: how a Twilio webhook URL carries it
+            try:
+                offered.append(base64.b64decode(token.strip(), validate=True).decode().partition(":")[2])
+            except (ValueError, binascii.Error):
+                pass
         offered += parse_qs(query).get("api_key", [])
         offered += [p.strip()[len(KEY_SUBPROTOCOL):] for p in headers.get("sec-websocket-protocol", "").split(",")
                     if p.strip().startswith(KEY_SUBPROTOCOL)]

@@ -1,0 +1,147 @@
+"""Twilio Media Streams over the real server and the fake engine: the TwiML route, a call's μ-law audio
+both ways, `clear` on a barge-in and a `mark` after each reply, the API key carried in the stream's
+`start`, and malformed or silent streams. The client here stands in for Twilio's side of the phone
+network, which cannot exist in a test; it sends and reads what Twilio's documentation shows."""
+
+import asyncio
+import base64
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.fake_call import fake_server, http_post
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from voicepipe.audio import read_audio, to_pcm16
+from voicepipe.call.limits import Limits
+from voicepipe.server import twilio
+from voicepipe.server.security import Security
+from voicepipe.wire_audio import PCMU
+
+KEY = "sk-phone"
+VOICE = read_audio(Path(__file__).parents[2] / "voicepipe" / "samples" / "question.wav", 8000)
+REPLY = " ".join(["word"] * 40)  # four seconds of the fake voice: still playing when the caller speaks again
+
+
+def media(audio: np.ndarray) -> list[dict]:
+    """The caller's audio as Twilio's `media` messages: 20 ms of μ-law each."""
+    coded = PCMU.encode(to_pcm16(audio))
+    return [{"event": "media", "streamSid": "MZ1", "media": {"track": "inbound", "chunk": str(n), "timestamp":
+                                                              str(20 * n), "payload": base64.b64encode(
+                                                                  coded[i:i + 160]).decode()}}
+            for n, i in enumerate(range(0, len(coded), 160))]
+
+
+def start(key: str | None = None) -> dict:
+    params = {"api_key": key} if key else {}
+    return {"event": "start", "sequenceNumber": "1", "streamSid": "MZ1", "start": {
+        "streamSid": "MZ1", "callSid": "CA1", "accountSid": "AC1", "tracks": ["inbound"], "customParameters": params,
+        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}
+
+
+class Twilio:
+    """Twilio's end of one media stream: sends the caller's audio in real time, keeps what comes back."""
+
+    def __init__(self, ws) -> None:
+        self.ws, self.received = ws, []
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for message in self.ws:
+                self.received.append(json.loads(message))
+        except ConnectionClosed:
+            pass
+
+    def of(self, kind: str) -> list[dict]:
+        return [m for m in self.received if m["event"] == kind]
+
+    async def say(self, audio: np.ndarray) -> None:
+        t0 = time.monotonic()
+        for n, message in enumerate(media(audio)):
+            await asyncio.sleep(max(0.0, t0 + n * 0.02 - time.monotonic()))
+            await self.ws.send(json.dumps(message))
+
+    async def until(self, kind: str, count: int = 1, timeout: float = 20) -> dict:
+        end = time.monotonic() + timeout
+        while len(self.of(kind)) < count:
+            assert time.monotonic() < end and not self.reader.done(), [m["event"] for m in self.received]
+            await asyncio.sleep(0.01)
+        return self.of(kind)[count - 1]
+
+
+async def test_twiml_connects_the_call_to_the_media_stream_and_a_keyed_server_asks_for_the_key():
+    async with fake_server(Limits()) as (server, _):
+        status, _, body = await http_post(server, {}, path="/v1/twilio/voice")
+        assert status == 200 and '<Stream url="ws://127.0.0.1/v1/twilio/media">' in body.decode()  # the Host asked
+        assert "api_key" not in body.decode()
+    async with fake_server(Limits(), security=Security(KEY)) as (server, _):
+        status, _, _ = await http_post(server, {}, path="/v1/twilio/voice")
+        assert status == 401
+        basic = base64.b64encode(f"twilio:{KEY}".encode()).decode()  # https://twilio:KEY@host/... in the console
+        status, _, body = await http_post(server, {}, path="/v1/twilio/voice",
+                                          headers={"Authorization": f"Basic {basic}"})
+        assert status == 200 and f'<Parameter name="api_key" value="{KEY}"/>' in body.decode()
+
+
+async def test_a_phone_call_is_heard_answered_in_mulaw_marked_and_cleared_on_a_barge_in():
+    async with fake_server(Limits(), reply=REPLY, heard="What is the capital of France?") as (server, engine):
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
+            phone = Twilio(ws)
+            await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+            await ws.send("{not json")  # skipped: Twilio cannot read an error
+            await ws.send(json.dumps(start()))
+            await phone.say(np.concatenate([VOICE, np.zeros(8000, np.float32)]))
+            first = await phone.until("media")
+            assert first["streamSid"] == "MZ1" and len(base64.b64decode(first["media"]["payload"])) > 0
+            await phone.say(VOICE)  # over the reply
+            await phone.until("clear")
+            assert phone.of("clear")[0]["streamSid"] == "MZ1"
+            await ws.send(json.dumps({"event": "stop", "streamSid": "MZ1", "stop": {"callSid": "CA1"}}))
+            await asyncio.wait_for(phone.reader, 5)
+        answered = b"".join(base64.b64decode(m["media"]["payload"]) for m in phone.of("media"))
+        tone = PCMU.decode(answered)
+        assert np.median(np.abs(tone.astype(np.int32))) == pytest.approx(1000, abs=100)  # the fake voice's tone
+        assert len(engine.requests) >= 2  # the question, then the words said over the reply
+    async with fake_server(Limits(), reply="Paris.", heard="What is the capital of France?") as (server, _):
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
+            phone = Twilio(ws)
+            await ws.send(json.dumps(start()))
+            await phone.say(np.concatenate([VOICE, np.zeros(8000, np.float32)]))
+            mark = await phone.until("mark")  # after the reply's last media: Twilio echoes it once played
+            assert phone.received.index(mark) > max(phone.received.index(m) for m in phone.of("media"))
+
+
+async def test_a_keyed_server_takes_the_stream_only_with_the_key_in_its_start():
+    async with fake_server(Limits(), heard="Hello?", security=Security(KEY)) as (server, _):
+        url = f"ws://127.0.0.1:{server.port}/v1/twilio/media"
+        async with connect(url) as ws:
+            await ws.send(json.dumps(start("wrong")))
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 5)
+            assert closed.value.rcvd.code == 1008
+        async with connect(url) as ws:
+            phone = Twilio(ws)
+            await ws.send(json.dumps(start(KEY)))
+            await phone.say(np.concatenate([VOICE, np.zeros(8000, np.float32)]))
+            await phone.until("media")
+        for _ in range(100):
+            if not server.calls:
+                break
+            await asyncio.sleep(0.05)
+        assert not server.calls
+
+
+async def test_a_stream_that_never_starts_is_closed(monkeypatch):
+    monkeypatch.setattr(twilio, "START_WITHIN_S", 0.3)
+    async with fake_server(Limits()) as (server, _):
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
+            for message in media(VOICE[:4000]):  # media before start is not a call's
+                await ws.send(json.dumps(message))
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    await asyncio.wait_for(ws.recv(), 5)
+            assert closed.value.rcvd.code == 1008
