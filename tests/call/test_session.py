@@ -83,3 +83,61 @@ async def test_the_realtime_dialect_refuses_bad_audio_and_binary_frames():
         client.put({"type": ClientEvent.AUDIO_APPEND, "audio": base64.b64encode(bytes(4800)).decode()})
         client.put(TEXT_ITEM, {"type": ClientEvent.RESPONSE_CREATE})
         assert (await client.until("response.done"))["response"]["status"] == "completed"  # the call went on
+
+
+MULTIPLY = {"type": "function", "name": "multiply", "parameters": {"type": "object", "properties": {
+    "a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}
+CLOCK = {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}
+
+
+async def test_a_responses_own_tools_hold_for_that_reply_and_the_sessions_come_back_after():
+    async with session() as (client, _, engine):
+        def asked() -> tuple[str, str | None]:
+            request = engine.requests[-1]
+            system = next(engine.tokenizer.strings[i] for i in request.prompt
+                          if engine.tokenizer.strings[i].startswith("system:"))
+            return system, request.params.grammar and request.params.grammar.kind
+
+        client.put({"type": ClientEvent.SESSION_UPDATE, "session": {"tools": [MULTIPLY], "tool_choice": "auto"}},
+                   TEXT_ITEM, {"type": ClientEvent.RESPONSE_CREATE,
+                               "response": {"tools": [CLOCK], "tool_choice": "required"}})
+        await client.until(ServerEvent.RESPONSE_DONE)
+        system, grammar = asked()
+        assert '"name": "get_time"' in system and "multiply" not in system and "You must call one" in system
+        assert grammar == "structural_tag"
+        client.put({"type": ClientEvent.RESPONSE_CREATE})
+        await client.until(ServerEvent.RESPONSE_DONE, 2)
+        system, grammar = asked()
+        assert '"name": "multiply"' in system and "get_time" not in system and grammar == "structural_tag"
+        client.put({"type": ClientEvent.RESPONSE_CREATE, "response": {"tool_choice": "none"}})
+        await client.until(ServerEvent.RESPONSE_DONE, 3)
+        system, grammar = asked()
+        assert "multiply" not in system and grammar is None  # no call this time: none described, none allowed
+        client.put({"type": ClientEvent.RESPONSE_CREATE, "response": {"tools": [{"type": "function"}]}})
+        error = await client.until(ServerEvent.ERROR)
+        assert error["error"]["code"] == "invalid_response" and error["error"]["param"] == "response.tools[0].name"
+        session_tools = (await client.until(ServerEvent.SESSION_UPDATED))["session"]["tools"]
+        assert [t["name"] for t in session_tools] == ["multiply"]  # the session's own, untouched
+
+
+async def test_a_reply_given_its_own_input_reads_only_that_and_an_item_it_names():
+    async with session() as (client, _, engine):
+        said = lambda: [engine.tokenizer.strings[i] for i in engine.requests[-1].prompt]  # noqa: E731
+        client.put({**TEXT_ITEM, "item": {**TEXT_ITEM["item"], "id": "item_q"}},
+                   {"type": ClientEvent.ITEM_CREATE, "item": {"type": "message", "role": "user", "content": [
+                       {"type": "input_text", "text": "Something else entirely."}]}},
+                   {"type": ClientEvent.RESPONSE_CREATE, "response": {"conversation": "none", "input": [
+                       {"type": "item_reference", "id": "item_q"},
+                       {"type": "message", "role": "user", "content": [
+                           {"type": "input_text", "text": "Classify that question in one word."}]}]}})
+        await client.until(ServerEvent.RESPONSE_DONE)
+        prompt = said()
+        assert f"user: {QUESTION}" in prompt and "user: Classify that question in one word." in prompt
+        assert "user: Something else entirely." not in prompt  # the rest of the conversation is not read
+        assert engine.requests[-1].session is None  # no prefix of the call's to extend
+        client.put({"type": ClientEvent.RESPONSE_CREATE, "response": {"input": [
+            {"type": "item_reference", "id": "item_gone"}]}})
+        assert (await client.until(ServerEvent.ERROR))["error"]["code"] == "item_not_found"
+        client.put({"type": ClientEvent.RESPONSE_CREATE, "response": {"input": "not a list"}})
+        error = await client.until(ServerEvent.ERROR, 2)
+        assert error["error"]["code"] == "invalid_response" and error["error"]["param"] == "response.input"

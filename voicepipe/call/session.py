@@ -171,8 +171,12 @@ class Session:
             return await self._update(event.get("session"))
         if kind == ClientEvent.RESPONSE_CREATE:
             response = event.get("response")
-            return client_events.response_requested(response if response is not None else {}, self._cause,
-                                                    self.config.spoken)
+            request = client_events.response_requested(response if response is not None else {}, self._cause,
+                                                       self.config)
+            if request.tools is not None and request.tools.choice:
+                await self._prepare(tools.grammars(list(request.tools.tools), request.tools.choice,
+                                                   "response.tools"))
+            return request
         if kind == ClientEvent.ITEM_CREATE:
             item = event.get("item")
             return client_events.item_created(item, client_events.item_id_of(item) or new_id("item"))
@@ -199,13 +203,7 @@ class Session:
         changes_tools = "tools" in fields or "tool_choice" in fields
         chosen = tools.choose(list(update.tools), update.tool_choice)
         if chosen and changes_tools:
-            try:
-                await grammars.prepare(self.runtime.engine, tools.grammars(list(update.tools), chosen, "session.tools"))
-            except FieldRefused as e:
-                raise client_events.ClientError(str(e), e.code, e.param) from None
-            except EngineUnavailable:
-                raise client_events.ClientError("the engine is restarting; send the update again in a few seconds",
-                                                "engine_unavailable") from None
+            await self._prepare(tools.grammars(list(update.tools), chosen, "session.tools"))
         knobs = fields.get("scheduler", {})
         if not isinstance(knobs, dict):
             raise client_events.ClientError("scheduler must be an object", "invalid_session_update")
@@ -218,6 +216,16 @@ class Session:
             except (ValueError, TypeError) as e:
                 raise client_events.ClientError(f"scheduler: {e}", "invalid_session_update") from None
         return update
+
+    async def _prepare(self, wanted: list) -> None:
+        """Compile the grammars a reply's calls need, in the engine; ClientError names what it refused."""
+        try:
+            await grammars.prepare(self.runtime.engine, wanted)
+        except FieldRefused as e:
+            raise client_events.ClientError(str(e), e.code, e.param) from None
+        except EngineUnavailable:
+            raise client_events.ClientError("the engine is restarting; send it again in a few seconds",
+                                            "engine_unavailable") from None
 
     def describe(self) -> dict:
         """The session as the client sees it. The knobs are the engine's, shared by every call, as its client

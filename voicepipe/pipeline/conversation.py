@@ -58,6 +58,11 @@ class Conversation:
     def get(self, item_id: str) -> dict[str, Any] | None:
         return self._items.get(item_id)
 
+    def prompt_of(self, messages: list[dict[str, str]], instructions: str | None = None,
+                  tool_instructions: str | None = None) -> list[int]:
+        """The chat prompt of the session's instructions and `messages` alone (a reply given its own input)."""
+        return chat_prompt_ids(self.tokenizer, [*self._system(instructions, tool_instructions), *messages])
+
     def delete(self, item_id: str) -> dict[str, Any] | None:
         """Take an item out: no later prompt holds it (the KV cache keeps only what still matches)."""
         item = self._items.pop(item_id, None)
@@ -87,28 +92,29 @@ class Conversation:
             self._set_content(item, heard)
             item["truncated"] = True
 
-    def messages(self, pending: tuple[dict[str, str], ...] = (), instructions: str | None = None
-                 ) -> list[dict[str, str]]:
+    def messages(self, pending: tuple[dict[str, str], ...] = (), instructions: str | None = None,
+                 tool_instructions: str | None = None) -> list[dict[str, str]]:
         said = [{"role": i["role"], "content": i["content"]} for i in [*self._items.values(), *pending]
                 if i["content"]]
-        return [*self._system(instructions), *said]
+        return [*self._system(instructions, tool_instructions), *said]
 
     def prompt_ids(self, max_tokens: int, pending: tuple[dict[str, str], ...] = (),
-                   instructions: str | None = None) -> list[int]:
+                   instructions: str | None = None, tool_instructions: str | None = None) -> list[int]:
         """The chat prompt, with `pending` messages not (yet) in the conversation after the rest (and other
-        `instructions`, for one reply), dropping the oldest messages while it is longer than max_tokens.
+        `instructions` or tools, for one reply), dropping the oldest messages while it is longer than
+        max_tokens.
 
         The messages that fit are found from their counts, newest first; the template is rendered once
         over them (and again only if the counts fell short of the rendered length, dropping by counts)."""
         said = [item for item in self._items.values() if item["content"]]
-        frame = chat_prompt_ids(self.tokenizer, [*self._system(instructions), *pending])  # all but the messages
+        frame = chat_prompt_ids(self.tokenizer, [*self._system(instructions, tool_instructions), *pending])
         room, first = max_tokens - len(frame), len(said)
         while first > 0 and (first == len(said) or room >= said[first - 1]["tokens"]):
             first -= 1
             room -= said[first]["tokens"]
         while True:
             self._drop_through(said[first - 1]["id"] if first else None)
-            ids = chat_prompt_ids(self.tokenizer, self.messages(pending, instructions))
+            ids = chat_prompt_ids(self.tokenizer, self.messages(pending, instructions, tool_instructions))
             if len(ids) <= max_tokens or first >= len(said) - 1:
                 return ids
             over = len(ids) - max_tokens
@@ -117,10 +123,11 @@ class Conversation:
                 first += 1
 
     # -- inside --------------------------------------------------------------------------------------------
-    def _system(self, instructions: str | None) -> list[dict[str, str]]:
+    def _system(self, instructions: str | None, tool_instructions: str | None = None) -> list[dict[str, str]]:
         instructions = self.instructions if instructions is None else instructions
         system = [{"role": "system", "content": instructions}] if instructions else []
-        return tools.with_instructions(system, self.tool_instructions)
+        return tools.with_instructions(system, self.tool_instructions if tool_instructions is None
+                                       else tool_instructions)
 
     def _set_content(self, item: dict[str, Any], content: str) -> None:
         size = len(content.encode(errors="replace"))

@@ -127,6 +127,12 @@ class LLMStage(Stage):
             self.emit(Error("conversation_already_has_active_response", "a response is in progress; cancel it "
                             "(response.cancel) or wait for its response.done", event_id=event.event_id))
             return
+        refs = [ref for role, ref in event.input or () if role == "item_reference"]
+        missing = next((ref for ref in refs if self.conversation.get(ref) is None), None)
+        if missing is not None:
+            self.emit(Error("item_not_found", f"response.input: no conversation item {missing!r}",
+                            event_id=event.event_id))
+            return
         self._drop_speculation()
         speech_end, self.replies.called_for = self.replies.called_for or time.monotonic(), None
         self._reply(None, speech_end, event)
@@ -160,12 +166,31 @@ class LLMStage(Stage):
         turn.last = asked.last
         if not asked.out_of_band:
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
-        prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens, asked.pending, asked.instructions)
-        # Out of band, the reply shares no prefix with the conversation's session.
-        request = ReplyRequest(prompt, None if asked.out_of_band else self.call_id,
-                               asked.max_tokens or self.config.max_tokens, not asked.out_of_band)
+        own = asked.tools
+        tool_instructions = None if own is None else own.instructions
+        if asked.input is not None:
+            prompt = self.conversation.prompt_of(self._input(asked.input), asked.instructions, tool_instructions)
+        else:
+            prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens, asked.pending, asked.instructions,
+                                                  tool_instructions)
+        # Out of band or on its own input, the reply shares no prefix with the conversation's session.
+        request = ReplyRequest(prompt, None if asked.out_of_band or asked.input is not None else self.call_id,
+                               asked.max_tokens or self.config.max_tokens, not asked.out_of_band,
+                               tools=None if own is None else (own.tools, own.choice))
         self.replies.begin(turn, request, asked.metadata, asked.out_of_band)
         return turn
+
+    def _input(self, given: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+        """A reply's own input as messages, a referenced item as the conversation holds it."""
+        messages = []
+        for role, text in given:
+            if role == "item_reference":
+                item = self.conversation.get(text)
+                if item is not None and item["content"]:
+                    messages.append({"role": item["role"], "content": item["content"]})
+            else:
+                messages.append({"role": role, "content": text})
+        return messages
 
     def _speculate(self, event: Speculate) -> None:
         """Begin the reply to the words at the pause; under semantic turns its prefill also reads whether the

@@ -35,6 +35,7 @@ class ReplyRequest:
     max_tokens: int
     in_conversation: bool = True
     probe_at: int | None = None
+    tools: tuple[tuple[Any, ...], str | None] | None = None  # (tools, choice) for this reply; None: the session's
 
 
 class ReplyWriter:
@@ -49,9 +50,10 @@ class ReplyWriter:
                     probed: Callable[[float], None], called: Callable[[], None]) -> None:
         """The stream of `turn`'s request until it ends; `probed` hears the end-of-turn probability its
         prefill read, `called` each function call it completes."""
-        choice = tools.choose(list(self.config.tools), self.config.tool_choice)
+        callable_, choice = request.tools or (self.config.tools, tools.choose(list(self.config.tools),
+                                                                               self.config.tool_choice))
         params = SamplingParams(max_tokens=request.max_tokens, temperature=self.config.temperature,
-                                grammar=tools.grammar(list(self.config.tools), choice) if choice else None)
+                                grammar=tools.grammar(list(callable_), choice) if choice else None)
         if request.probe_at is not None:
             params = probe_params(self.tokenizer, params, request.probe_at)
         parser = tools.FunctionCallParser() if choice else None

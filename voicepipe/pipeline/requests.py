@@ -36,6 +36,16 @@ class ItemCreated(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyTools:
+    """The tools one reply may call instead of the session's: the tools, the choice among them ("auto",
+    "required", a function's name; None: no call) and how the system prompt describes them."""
+
+    tools: tuple[Any, ...]
+    choice: str | None
+    instructions: str
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseRequested(Event):
     """The client asked for a reply to the conversation as it stands (`response.create`); `metadata` comes
     back in its `response.created` (clients match their request to its reply by it)."""
@@ -50,6 +60,10 @@ class ResponseRequested(Event):
     # stays in the KV cache, where other instructions would change its very start).
     pending: tuple[dict[str, str], ...] = ()
     last: bool = False  # the call ends once this reply has played
+    tools: ReplyTools | None = None  # None: the session's
+    # What the reply reads instead of the conversation: (role, text) messages, or ("item_reference", id) for
+    # a conversation item; None: the conversation.
+    input: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

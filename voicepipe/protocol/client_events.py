@@ -13,12 +13,20 @@ from voicepipe.audio import to_float32
 from voicepipe.constrained import tools
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.events import AudioIn
-from voicepipe.pipeline.requests import ItemCreated, ItemRequested, ResponseRequested, SessionUpdate, TruncateRequested
+from voicepipe.pipeline.requests import (
+    ItemCreated,
+    ItemRequested,
+    ReplyTools,
+    ResponseRequested,
+    SessionUpdate,
+    TruncateRequested,
+)
 from voicepipe.protocol.server_events import error, function_call_item, function_call_output_item
 from voicepipe.turns.detection import check_update
 
 MAX_TEXT = 8000  # characters of instructions, of a message or of a function's output
 MAX_METADATA = 16  # pairs, as OpenAI's
+MAX_INPUT = 64  # items a `response.create` may give its reply instead of the conversation
 
 
 class ClientError(ValueError):
@@ -144,8 +152,10 @@ def _call_item(item_id: str, item: dict) -> ItemCreated:
                        function_call_item(item_id, call_id, name, arguments))
 
 
-def response_requested(response: Any, event_id: str | None, spoken: bool) -> ResponseRequested:
-    """The parameters of a `response.create`, checked; ClientError names the first bad one."""
+def response_requested(response: Any, event_id: str | None, config: CallConfig) -> ResponseRequested:
+    """The parameters of a `response.create`, checked; ClientError names the first bad one. Its `tools` and
+    `tool_choice` hold for this reply alone (either one given: the other is the session's)."""
+    spoken = config.spoken
     if not isinstance(response, dict):
         raise ClientError("response must be an object", "invalid_response")
     metadata = response.get("metadata")
@@ -168,7 +178,46 @@ def response_requested(response: Any, event_id: str | None, spoken: bool) -> Res
     if conversation not in ("auto", "none"):
         raise ClientError("response.conversation must be 'auto' or 'none'", "invalid_response")
     return ResponseRequested(metadata, event_id, instructions, None if limit == "inf" else limit,
-                             conversation == "none", spoken)
+                             conversation == "none", spoken, tools=reply_tools(response, config),
+                             input=reply_input(response.get("input")))
+
+
+def reply_input(items: Any) -> tuple[tuple[str, str], ...] | None:
+    """A `response.create`'s `input`: the items its reply reads instead of the conversation, each a text
+    message as (role, text) or a conversation item by id as ("item_reference", id); None: not given."""
+    if items is None:
+        return None
+    if not isinstance(items, list) or len(items) > MAX_INPUT:
+        raise ClientError(f"response.input must be a list of at most {MAX_INPUT} items", "invalid_response",
+                          "response.input")
+    read = []
+    for n, item in enumerate(items):
+        if isinstance(item, dict) and item.get("type") == "item_reference":
+            if not (isinstance(item.get("id"), str) and 0 < len(item["id"]) <= 64):
+                raise ClientError("an item_reference needs an 'id' string", "invalid_response", f"response.input[{n}]")
+            read.append(("item_reference", item["id"]))
+            continue
+        try:
+            read.append(_message_text(item))
+        except ValueError as e:
+            raise ClientError(f"response.input[{n}]: {e}", "invalid_response", f"response.input[{n}]") from None
+    return tuple(read)
+
+
+def reply_tools(response: dict, config: CallConfig) -> ReplyTools | None:
+    """The tools a `response.create` gives its reply (None: the session's)."""
+    if "tools" not in response and "tool_choice" not in response:
+        return None
+    try:
+        found = tools.parse_tools(response["tools"], "response.tools", nested=False) if "tools" in response \
+            else list(config.tools)
+        chosen = tools.choose(found, response.get("tool_choice", config.tool_choice if "tools" not in response
+                                                  else None), "response.tool_choice")
+    except SchemaTooComplex as e:
+        raise ClientError(str(e), "schema_too_complex", str(e).split(":")[0]) from None
+    except ValueError as e:
+        raise ClientError(str(e), "invalid_response", str(e).split(":")[0]) from None
+    return ReplyTools(tuple(found), chosen, tools.instructions(found, chosen) if chosen else "")
 
 
 def speaks(modalities: Any, default: bool) -> bool | None:
