@@ -322,3 +322,27 @@ def test_the_waterfall_adds_up_to_the_first_audio_when_stages_overlap():
     assert sum(stages.values()) == pytest.approx(0.81)
     del timings[Mark.FIRST_AUDIO]
     assert waterfall(timings) == {}  # no audio, no waterfall
+
+
+async def test_a_long_reply_is_synthesized_no_further_ahead_than_the_horizon_and_a_cancel_stops_it():
+    """Twenty sentences of 0.3 s each: with a 0.5 s horizon, a second into the reply only the sentences the
+    caller is about to hear were synthesized; once it is cancelled, none more."""
+    import asyncio
+
+    from voicepipe.backends.loading import TTS_SENTENCE
+    from voicepipe.pipeline.requests import CancelRequested
+
+    story = " ".join(["One two three."] * 20)
+    synthesized = []
+    for horizon in (0.5, 60.0):
+        call = Call(reply=story, synthesis_horizon_s=horizon)
+        await call.utterance()
+        await asyncio.sleep(1.0)
+        synthesized.append(sum(kind == TTS_SENTENCE for kind, _ in call.engine.jobs))
+        if horizon == 0.5:
+            await call.push(CancelRequested())  # as a barge-in's words do
+            stopped = synthesized[-1]
+            await asyncio.sleep(0.5)
+            assert sum(kind == TTS_SENTENCE for kind, _ in call.engine.jobs) <= stopped + 1
+        await call.close()
+    assert 3 <= synthesized[0] <= 8 and synthesized[1] == 20, synthesized

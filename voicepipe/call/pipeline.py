@@ -36,6 +36,6 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
         TurnTaking(engine, runtime.tokenizer, conversation, config, call_id),
         LLMStage(engine, runtime.tokenizer, conversation, config, call_id),
         SentenceAggregator(),
-        TTSStage(engine, runtime.tts_rate),
+        TTSStage(engine, runtime.tts_rate, lambda: config.synthesis_horizon_s),
         ClientOutput(send, runtime.registry, runtime.tts_rate, describe, hang_up),
     ])

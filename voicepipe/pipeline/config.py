@@ -21,6 +21,10 @@ class CallConfig:
     ttfa_s: float = 1.5
     max_tokens: int = 96
     temperature: float = 0.0
+    # A reply's next sentence is synthesized only once the caller has less than this much of its audio
+    # still to hear: a long reply is not synthesized to its end while the caller may yet cut it off, and its
+    # sentences do not hold the device ahead of other calls' turns that are due sooner.
+    synthesis_horizon_s: float = 4.0
     # Partial transcripts re-transcribe the growing utterance at most this often.
     partial_interval_s: float = 1.0
     # Silence after which the final transcription starts, before the end of speech is confirmed.

@@ -58,6 +58,10 @@ class Pacing:
         """The caller's playback was cut at `at`."""
         self.playout_end = min(self.playout_end, at)
 
+    def ahead(self, turn: Turn, now: float) -> float:
+        """How much of `turn`'s audio the caller has still to hear, in seconds."""
+        return max(0.0, self.playout_end - now) if turn is self._playing else 0.0
+
     # -- sentences -------------------------------------------------------------------------------------------
     def expect(self, turn: Turn, index: int, text: str) -> None:
         """A sentence was handed to synthesis: its audio is on the way."""

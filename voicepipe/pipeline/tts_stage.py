@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from scheduler import RequestClass
 from voicepipe.backends.loading import TTS_SENTENCE
@@ -37,12 +38,13 @@ class TTSStage(Stage):
 
     It owns the turn's pacing: it reads the caller's playback clock off the output stage's feedback as it
     passes (`Played`, `PlaybackPaused`), knows the sentences it is still to synthesize, and tells the LLM
-    stage upstream when its request must deliver (`Paced`) whenever that moves.
+    stage upstream when its request must deliver (`Paced`) whenever that moves. A sentence waits to be
+    synthesized until the caller has less than `horizon_s()` of the reply still to hear.
     """
 
-    def __init__(self, engine: Engine, sample_rate: int) -> None:
+    def __init__(self, engine: Engine, sample_rate: int, horizon_s: Callable[[], float] = lambda: 4.0) -> None:
         super().__init__()
-        self.engine, self.sample_rate, self.pacing = engine, sample_rate, Pacing()
+        self.engine, self.sample_rate, self.pacing, self.horizon_s = engine, sample_rate, Pacing(), horizon_s
         self._turn: Turn | None = None
         self._queue: asyncio.Queue[Sentence | TextDone] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
@@ -79,7 +81,11 @@ class TTSStage(Stage):
         self.emit_upstream(Paced(turn, self.pacing.llm_deadline(turn, time.monotonic())))
 
     async def _speak(self, turn: Turn, queue: "asyncio.Queue[Sentence | TextDone]") -> None:
+        runs_out = 0.0  # when the audio emitted so far would run out, played from its emission
         while isinstance(sentence := await queue.get(), Sentence):
+            while (early := max(self.pacing.ahead(turn, now := time.monotonic()), runs_out - now)
+                   - self.horizon_s()) > 0:
+                await asyncio.sleep(early)  # the caller has enough to hear for now
             try:
                 # A speculative reply's sentences wait behind confirmed turns' realtime work.
                 cls = RequestClass.INTERACTIVE if turn.speculative else RequestClass.REALTIME
@@ -93,6 +99,7 @@ class TTSStage(Stage):
                 return
             turn.mark(Mark.SYNTHESIZED)
             audio_s = sum(len(c) for c in chunks) / self.sample_rate
+            runs_out = max(runs_out, time.monotonic()) + audio_s
             self.pacing.synthesized(turn, sentence.index, sentence.text, audio_s, seconds)
             for pcm in chunks:
                 self.emit(AudioOut(turn, pcm, sentence.index, sentence.text))
