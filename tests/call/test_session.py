@@ -141,3 +141,11 @@ async def test_a_reply_given_its_own_input_reads_only_that_and_an_item_it_names(
         client.put({"type": ClientEvent.RESPONSE_CREATE, "response": {"input": "not a list"}})
         error = await client.until(ServerEvent.ERROR, 2)
         assert error["error"]["code"] == "invalid_response" and error["error"]["param"] == "response.input"
+
+
+async def test_a_key_press_is_told_back_and_a_key_the_keypad_has_not_is_refused():
+    async with session() as (client, _, _):
+        client.put({"type": ClientEvent.KEY_PRESSED, "digit": "5"}, {"type": ClientEvent.KEY_PRESSED, "digit": "55"})
+        received = await client.until(ServerEvent.KEY_RECEIVED)
+        assert received["event"] == "5" and isinstance(received["received_at"], int)
+        assert (await client.until(ServerEvent.ERROR))["error"]["param"] == "digit"

@@ -99,3 +99,17 @@ async def test_an_audio_format_the_server_does_not_code_is_refused_and_the_call_
     finally:
         client.leave()
         await asyncio.wait_for(served, 5)
+
+
+async def test_a_key_pressed_reaches_a_realtime_client_in_the_realtime_shape():
+    from test_conformance import GA_EVENTS, violations
+
+    client, served = await phone_call()
+    try:
+        await client.until("session.created")
+        client.put({"type": "input_audio_buffer.dtmf", "digit": "#"})
+        received = await client.until("input_audio_buffer.dtmf_event_received")
+        assert received["event"] == "#" and not violations(received, GA_EVENTS)
+    finally:
+        client.leave()
+        await asyncio.wait_for(served, 5)

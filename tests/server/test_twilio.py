@@ -145,3 +145,20 @@ async def test_a_stream_that_never_starts_is_closed(monkeypatch):
                 while True:
                     await asyncio.wait_for(ws.recv(), 5)
             assert closed.value.rcvd.code == 1008
+
+
+async def test_keys_pressed_on_the_phone_join_the_conversation_as_one_message_once_the_caller_pauses(monkeypatch):
+    from voicepipe.pipeline import keypad
+
+    monkeypatch.setattr(keypad, "PAUSE_S", 0.3)
+    async with fake_server(Limits(), reply="Sales it is.") as (server, engine):
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
+            phone = Twilio(ws)
+            await ws.send(json.dumps(start()))
+            for n, digit in enumerate("12#"):
+                await ws.send(json.dumps({"event": "dtmf", "streamSid": "MZ1", "sequenceNumber": str(n + 2),
+                                          "dtmf": {"track": "inbound_track", "digit": digit}}))
+            await phone.until("media")  # the reply to the entry
+        assert len(engine.requests) == 1
+        asked = engine.tokenizer.last_user_message(engine.requests[0].prompt)
+        assert asked == "[The caller pressed on the phone's keypad: 1 2 #]"

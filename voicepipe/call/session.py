@@ -167,6 +167,8 @@ class Session:
             return simple(self._cause)
         if kind == ClientEvent.AUDIO_APPEND:
             return client_events.audio_in(client_events.audio_bytes(event))
+        if kind == ClientEvent.KEY_PRESSED:
+            return client_events.key_pressed(event)
         if kind == ClientEvent.SESSION_UPDATE:
             return await self._update(event.get("session"))
         if kind == ClientEvent.RESPONSE_CREATE:

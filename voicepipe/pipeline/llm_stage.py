@@ -22,11 +22,13 @@ from voicepipe.pipeline.events import (
 )
 from voicepipe.pipeline.idle_reply import idle_reply
 from voicepipe.pipeline.items import Items
+from voicepipe.pipeline.keypad import Keypad
 from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
 from voicepipe.pipeline.requests import (
     CancelRequested,
     ItemCreated,
     ItemRequested,
+    KeyPressed,
     ResponseRequested,
     SessionUpdate,
     TruncateRequested,
@@ -58,13 +60,15 @@ class LLMStage(Stage):
         self.items = Items(conversation, self.emit)
         self.replies = Responder(self, engine, self.writer, self.items, config, call_id)
         self._primed = False
+        self.keypad = Keypad(self.spawn, self._keyed)
         self._speculated = ""  # the caller's words a reply begun ahead answers
         self._handlers = {SpeechStarted: self._speech_started, DropSpeculation: self._drop_speculation,
                           Speculate: self._speculate, TurnEnded: self._turn_ended, BargeInResolved: self._resolved,
                           CancelRequested: self._cancel_requested, TruncateRequested: self.items.truncate,
                           ItemCreated: self.items.created, ResponseRequested: self._response_requested,
                           ItemRequested: lambda event: self.items.requested(event, self._cancel_item),
-                          SessionUpdate: self._update, IdleTimedOut: self._idle}
+                          SessionUpdate: self._update, IdleTimedOut: self._idle,
+                          KeyPressed: lambda event: self.keypad.press(event.digit)}
 
     @property
     def turn(self) -> Turn | None:
@@ -145,6 +149,16 @@ class LLMStage(Stage):
         self.emit(event)
         self._drop_speculation()
         self._reply(None, event.at, idle_reply(event, self.config.turn_detection.idle_prompts, self.config.spoken))
+
+    def _keyed(self, text: str) -> None:
+        """The caller's keypad entry: their message, answered as a turn (unless a reply is under way, or the
+        session leaves replies to the client)."""
+        item_id = self.conversation.add("user", text)
+        self.emit(ItemCreated(item_id, "user", text))
+        detection = self.config.turn_detection
+        if detection.create_response and not detection.manual and not self.replies.answering:
+            self._drop_speculation()
+            self._reply(item_id, time.monotonic())
 
     def _turn_ended(self, event: TurnEnded) -> None:
         final, turn = event.final, self.turn

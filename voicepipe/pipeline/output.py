@@ -36,7 +36,7 @@ from voicepipe.pipeline.events import (
     TurnDone,
 )
 from voicepipe.pipeline.pacing import PlaybackClock
-from voicepipe.pipeline.requests import ItemCreated, SessionUpdate
+from voicepipe.pipeline.requests import ItemCreated, KeyPressed, SessionUpdate
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn, waterfall
 from voicepipe.pipeline.turn_metrics import turn_metrics
@@ -120,6 +120,8 @@ class ClientOutput(Stage):
                 self._goodbye = None
             if event.heard:
                 await self.send(server_events.speech_started(event.item_id, event.audio_start_ms))
+        elif isinstance(event, KeyPressed):
+            await self.send(server_events.key_received(event.digit, event.received_at))
         elif isinstance(event, IdleTimedOut):
             await self.send(server_events.idle_timeout(event.item_id, event.audio_start_ms, event.audio_end_ms))
         elif isinstance(event, BargeIn):

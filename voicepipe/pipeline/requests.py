@@ -25,6 +25,14 @@ class ClearRequested(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class KeyPressed(Event):
+    """The caller pressed a key of the phone's keypad (DTMF: 0-9, *, #, A-D), as a telephony line reports it."""
+
+    digit: str
+    received_at: float  # Unix time
+
+
+@dataclass(frozen=True, slots=True)
 class ItemCreated(Event):
     """An item the client added to the conversation (`conversation.item.create`): a text message, or a
     function call and its output (`item`: how the client reads it back; None for a message)."""

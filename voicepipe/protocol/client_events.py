@@ -4,6 +4,7 @@ with a `ClientError` that says what is wrong in a word (`code`) and where (`para
 
 import base64
 import binascii
+import time
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from voicepipe.pipeline.events import AudioIn
 from voicepipe.pipeline.requests import (
     ItemCreated,
     ItemRequested,
+    KeyPressed,
     ReplyTools,
     ResponseRequested,
     SessionUpdate,
@@ -57,6 +59,17 @@ def audio_bytes(event: dict) -> bytes:
     pcm = audio_base64(event)
     check_pcm16(pcm)
     return pcm
+
+
+KEYS = frozenset("0123456789*#ABCD")
+
+
+def key_pressed(event: dict) -> KeyPressed:
+    """An `input_audio_buffer.dtmf`: one key of the caller's phone keypad."""
+    digit = event.get("digit")
+    if not (isinstance(digit, str) and digit.upper() in KEYS and len(digit) == 1):
+        raise ClientError("input_audio_buffer.dtmf: 'digit' must be one of 0-9, *, #, A-D", "invalid_event", "digit")
+    return KeyPressed(digit.upper(), time.time())
 
 
 def audio_base64(event: dict) -> bytes:

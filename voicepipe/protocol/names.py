@@ -10,6 +10,7 @@ class ClientEvent:
     AUDIO_CLEAR = "input_audio_buffer.clear"
     SESSION_UPDATE = "session.update"
     ITEM_CREATE = "conversation.item.create"
+    KEY_PRESSED = "input_audio_buffer.dtmf"  # voicepipe's: what a telephony line reports of its keypad
     ITEM_TRUNCATE = "conversation.item.truncate"
     ITEM_DELETE = "conversation.item.delete"
     ITEM_RETRIEVE = "conversation.item.retrieve"
@@ -27,6 +28,7 @@ class ServerEvent:
     AUDIO_COMMITTED = "input_audio_buffer.committed"
     AUDIO_CLEARED = "input_audio_buffer.cleared"
     AUDIO_TIMEOUT = "input_audio_buffer.timeout_triggered"
+    KEY_RECEIVED = "input_audio_buffer.dtmf_event_received"
     TRANSCRIPT_DELTA = "conversation.item.input_audio_transcription.delta"
     TRANSCRIPT_COMPLETED = "conversation.item.input_audio_transcription.completed"
     ITEM_ADDED = "conversation.item.added"

@@ -35,6 +35,11 @@ def idle_timeout(item_id: str, audio_start_ms: int, audio_end_ms: int) -> dict:
             "audio_end_ms": audio_end_ms}
 
 
+def key_received(digit: str, received_at: float) -> dict:
+    """A key of the caller's phone keypad (OpenAI's shape for its SIP calls)."""
+    return {"type": ServerEvent.KEY_RECEIVED, "event": digit, "received_at": int(received_at)}
+
+
 def audio_cleared() -> dict:
     return {"type": ServerEvent.AUDIO_CLEARED}
 

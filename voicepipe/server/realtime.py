@@ -119,7 +119,9 @@ class RealtimeDialect:
     async def _send(self, event: dict) -> None:
         if self.beta:
             event["type"] = BETA_NAMES.get(event["type"], event["type"])
-        await self.line.send({"event_id": new_id("event"), **event})
+        # Every server event carries an id, but the keypad's, which the Realtime types give none.
+        keyed = event["type"] == ServerEvent.KEY_RECEIVED
+        await self.line.send(event if keyed else {"event_id": new_id("event"), **event})
 
     async def _audio(self, pcm: bytes) -> None:
         header, self._audio_header = self._audio_header, None

@@ -24,7 +24,7 @@ import numpy as np
 import soxr
 
 from voicepipe.call.runtime import Runtime
-from voicepipe.protocol import ServerEvent
+from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.protocol.transport import Disconnected, Transport
 from voicepipe.turns.endpointer import SAMPLE_RATE
 from voicepipe.wire_audio import PCMU
@@ -54,7 +54,7 @@ class TwilioDialect:
         self._start_by: float | None = None  # the loop's time by which `start` must have come
 
     # -- Twilio -> session -----------------------------------------------------------------------------------
-    async def recv(self) -> bytes:
+    async def recv(self) -> bytes | dict:
         while True:
             if self._start_by is None:
                 self._start_by = asyncio.get_running_loop().time() + START_WITHIN_S
@@ -77,9 +77,9 @@ class TwilioDialect:
                             type(e).__name__, e)
                 continue
             if audio:
-                return audio
+                return audio  # or a key the caller pressed
 
-    async def _inbound(self, event: dict) -> bytes | None:
+    async def _inbound(self, event: dict) -> bytes | dict | None:
         kind = event["event"]
         if kind == "start":
             await self._start(event["start"])
@@ -88,8 +88,8 @@ class TwilioDialect:
             return self._mic.resample_chunk(samples).astype("<i2").tobytes()
         elif kind == "stop":
             raise Disconnected()
-        elif kind == "dtmf":
-            log.info("twilio call %s: the caller pressed %s", self.call_sid, event["dtmf"]["digit"])
+        elif kind == "dtmf" and self.stream_sid is not None:
+            return {"type": ClientEvent.KEY_PRESSED, "digit": str(event["dtmf"]["digit"])}
         return None  # connected, mark (the caller has heard a reply to its end), media before start
 
     async def _start(self, start: dict) -> None:
