@@ -1,16 +1,28 @@
-"""What the assistant says to a caller who has gone quiet: a re-prompt, and after enough of them, goodbye.
+"""What the assistant says when no one else is talking: a re-prompt to a caller who has gone quiet (and
+after enough of them, goodbye), and a filler while a function it called takes its time.
 
 The nudge is a message read after the conversation for that one reply (never added to it), so the model
 answers in the conversation's own voice and language and its prefix stays cached.
 """
 
 from voicepipe.pipeline.events import IdleTimedOut
-from voicepipe.pipeline.requests import ResponseRequested
+from voicepipe.pipeline.requests import ReplyTools, ResponseRequested
 
 REPROMPT = ("[The caller has said nothing for {seconds:g} seconds. In one short sentence, check that they are "
             "still there or invite them to go on.]")
 GOODBYE = ("[The caller has not answered for {seconds:g} seconds. Say a short, friendly goodbye in one "
            "sentence; the call ends after it.]")
+
+
+FILLER = ("[A function you called is still running. Tell the caller, in a few words, that you are working on "
+          "it; do not answer yet.]")
+FILLER_TOKENS = 24
+
+
+def filler_reply() -> ResponseRequested:
+    """A few spoken words while a function's result is on its way (calling nothing themselves)."""
+    return ResponseRequested(pending=({"role": "user", "content": FILLER},), max_tokens=FILLER_TOKENS,
+                             tools=ReplyTools((), None, ""))
 
 
 def idle_reply(event: IdleTimedOut, prompts: int | None, spoken: bool) -> ResponseRequested:

@@ -1,5 +1,6 @@
 """The LLM stage: writes the replies turn-taking asks for, and owns the conversation."""
 
+import asyncio
 import time
 from typing import Any
 
@@ -20,7 +21,7 @@ from voicepipe.pipeline.events import (
     TranscriptFinal,
     TurnConfirmed,
 )
-from voicepipe.pipeline.idle_reply import idle_reply
+from voicepipe.pipeline.idle_reply import filler_reply, idle_reply
 from voicepipe.pipeline.items import Items
 from voicepipe.pipeline.keypad import Keypad
 from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
@@ -35,6 +36,7 @@ from voicepipe.pipeline.requests import (
 )
 from voicepipe.pipeline.responder import Responder
 from voicepipe.pipeline.stage import Stage
+from voicepipe.pipeline.tool_wait import ToolWait
 from voicepipe.pipeline.turn import Mark, Turn
 from voicepipe.turns.end_of_turn import probe_position_for
 from voicepipe.turns.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
@@ -58,14 +60,17 @@ class LLMStage(Stage):
         self.config, self.call_id = config, call_id
         self.writer = ReplyWriter(engine, tokenizer, conversation, config, self.emit)
         self.items = Items(conversation, self.emit)
-        self.replies = Responder(self, engine, self.writer, self.items, config, call_id)
+        self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made)
+        self.tool_wait = ToolWait()
+        self._filler: asyncio.Task | None = None  # says a few words if the functions' results are slow
+        self._filling: Turn | None = None  # the filler reply, which the answer may cut short
         self._primed = False
         self.keypad = Keypad(self.spawn, self._keyed)
         self._speculated = ""  # the caller's words a reply begun ahead answers
         self._handlers = {SpeechStarted: self._speech_started, DropSpeculation: self._drop_speculation,
                           Speculate: self._speculate, TurnEnded: self._turn_ended, BargeInResolved: self._resolved,
                           CancelRequested: self._cancel_requested, TruncateRequested: self.items.truncate,
-                          ItemCreated: self.items.created, ResponseRequested: self._response_requested,
+                          ItemCreated: self._item_created, ResponseRequested: self._response_requested,
                           ItemRequested: lambda event: self.items.requested(event, self._cancel_item),
                           SessionUpdate: self._update, IdleTimedOut: self._idle,
                           KeyPressed: lambda event: self.keypad.press(event.digit)}
@@ -127,6 +132,8 @@ class LLMStage(Stage):
             self.cancel("client_cancelled")
 
     def _response_requested(self, event: ResponseRequested) -> None:
+        if self.replies.answering and self.turn is self._filling:
+            self.cancel("superseded")  # the answer the filler stood in for
         if self.replies.answering:
             self.emit(Error("conversation_already_has_active_response", "a response is in progress; cancel it "
                             "(response.cancel) or wait for its response.done", event_id=event.event_id))
@@ -149,6 +156,28 @@ class LLMStage(Stage):
         self.emit(event)
         self._drop_speculation()
         self._reply(None, event.at, idle_reply(event, self.config.turn_detection.idle_prompts, self.config.spoken))
+
+    def _item_created(self, event: ItemCreated) -> None:
+        if event.role == "tool":  # a function's result: how long it took is learnt, and no filler is due
+            self.tool_wait.answered(time.monotonic())
+            if self._filler is not None:
+                self._filler.cancel()
+        self.items.created(event)
+
+    def _calls_made(self, turn: Turn, names: tuple[str, ...]) -> None:
+        """The reply called functions the client runs now: a filler if their results would keep the caller
+        waiting past the answer's deadline."""
+        if not turn.spoken:
+            return
+        delay = self.tool_wait.called(names, time.monotonic(), turn.deadline)
+        self._filler = self.spawn(self._fill_after(delay, turn))
+
+    async def _fill_after(self, delay: float, called: Turn) -> None:
+        await asyncio.sleep(delay)
+        while called.active:  # its response.done is on its way to the client
+            await asyncio.sleep(0.02)
+        if self.tool_wait.waiting and not self.replies.answering:
+            self._filling = self._reply(None, called.speech_end, filler_reply())
 
     def _keyed(self, text: str) -> None:
         """The caller's keypad entry: their message, answered as a turn (unless a reply is under way, or the

@@ -3,6 +3,7 @@ the LLM stage owns (`ReplyWriter` writes it); the LLM stage decides which reply 
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from voicepipe.ids import new_id
 from voicepipe.pipeline.config import CallConfig
@@ -21,8 +22,9 @@ class Responder:
     from it, as the same turn."""
 
     def __init__(self, stage: Stage, engine: Engine, writer: ReplyWriter, items: Items, config: CallConfig,
-                 call_id: str) -> None:
+                 call_id: str, on_calls: Callable[[Turn, tuple[str, ...]], None] = lambda turn, names: None) -> None:
         self.stage, self.engine, self.writer, self.items = stage, engine, writer, items
+        self.on_calls = on_calls  # a reply ended calling these functions: the client runs them now
         self.config, self.call_id = config, call_id
         self.turn: Turn | None = None
         self.written = Reply()  # what the LLM wrote for `turn`
@@ -93,3 +95,5 @@ class Responder:
             self.engine.expect(self.call_id, None)
         self.writer.conversation.set_reply(turn.output_item_id, reply.text)
         self.stage.emit(TextDone(turn, reply.copy()))
+        if reply.calls and not turn.cancelled:
+            self.on_calls(turn, tuple(call.name for _, call in reply.calls))
