@@ -1,8 +1,7 @@
 """Audio as clients send and hear it: 16-bit PCM at a rate, or G.711 (μ-law, A-law) at the phone's 8 kHz.
 
-G.711 is coded by libsndfile (through `soundfile`, which the project already uses to read WAV files): each
-8-bit code stands for one 16-bit sample, so a chunk of any length codes on its own, with no state between
-chunks.
+G.711 is coded by libsndfile (through `soundfile`, a dependency): each 8-bit code stands for one 16-bit
+sample, so a chunk of any length codes on its own, with no state between chunks.
 """
 
 import io
