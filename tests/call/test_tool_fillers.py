@@ -14,6 +14,7 @@ from voicepipe.call.session import Session
 from voicepipe.constrained import tools
 from voicepipe.pipeline.idle_reply import FILLER
 from voicepipe.pipeline.llm_stage import LLMStage
+from voicepipe.pipeline.reply_writer import WORDS
 from voicepipe.pipeline.tool_wait import GRACE_S, ToolWait
 from voicepipe.protocol import ClientEvent, ServerEvent
 
@@ -51,7 +52,8 @@ async def test_a_slow_function_gets_a_filler_then_the_answer_and_the_next_call_i
         await client.until(ServerEvent.RESPONSE_DONE, 2)  # the filler
         filler = engine.requests[-1]
         assert time.monotonic() - called_at < 1.0
-        assert engine.tokenizer.last_user_message(filler.prompt) == FILLER and filler.params.grammar is None
+        assert engine.tokenizer.last_user_message(filler.prompt) == FILLER
+        assert filler.params.grammar == WORDS  # plain words: no call's text is spoken
         await asyncio.sleep(1.5 - (time.monotonic() - called_at))  # the function takes its time
         client.put({"type": ClientEvent.ITEM_CREATE, "item": {"type": "function_call_output",
                                                               "call_id": call["call_id"], "output": "at 9:40"}},

@@ -20,9 +20,10 @@ FILLER_TOKENS = 24
 
 
 def filler_reply() -> ResponseRequested:
-    """A few spoken words while a function's result is on its way (calling nothing themselves)."""
+    """A few spoken words while a function's result is on its way: plain words only (the default model,
+    after its own call in the conversation, wrote another call's text for the caller to hear)."""
     return ResponseRequested(pending=({"role": "user", "content": FILLER},), max_tokens=FILLER_TOKENS,
-                             tools=ReplyTools((), None, ""))
+                             tools=ReplyTools((), None, ""), words_only=True)
 
 
 def idle_reply(event: IdleTimedOut, prompts: int | None, spoken: bool) -> ResponseRequested:

@@ -219,7 +219,7 @@ class LLMStage(Stage):
         # Out of band or on its own input, the reply shares no prefix with the conversation's session.
         request = ReplyRequest(prompt, None if asked.out_of_band or asked.input is not None else self.call_id,
                                asked.max_tokens or self.config.max_tokens, not asked.out_of_band,
-                               tools=None if own is None else (own.tools, own.choice))
+                               tools=None if own is None else (own.tools, own.choice), words_only=asked.words_only)
         self.replies.begin(turn, request, asked.metadata, asked.out_of_band)
         return turn
 

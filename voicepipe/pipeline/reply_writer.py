@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler import RequestClass, SamplingParams
+from scheduler.grammar.constraint import Grammar
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.constrained import tools
 from voicepipe.ids import new_id
@@ -24,6 +25,10 @@ from voicepipe.pipeline.events import (
 from voicepipe.pipeline.turn import Mark, Reply, Turn
 from voicepipe.turns.end_of_turn import probe_params
 
+# Plain words: no markup, so nothing a call or JSON could be written with (unbounded: a bound on the
+# repetition took the compiler past its budget; the reply's token limit bounds it instead).
+WORDS = Grammar("regex", r"[^<>{}\[\]]+")
+
 
 @dataclass(frozen=True, slots=True)
 class ReplyRequest:
@@ -36,6 +41,7 @@ class ReplyRequest:
     in_conversation: bool = True
     probe_at: int | None = None
     tools: tuple[tuple[Any, ...], str | None] | None = None  # (tools, choice) for this reply; None: the session's
+    words_only: bool = False
 
 
 class ReplyWriter:
@@ -52,8 +58,11 @@ class ReplyWriter:
         prefill read, `called` each function call it completes."""
         callable_, choice = request.tools or (self.config.tools, tools.choose(list(self.config.tools),
                                                                                self.config.tool_choice))
-        params = SamplingParams(max_tokens=request.max_tokens, temperature=self.config.temperature,
-                                grammar=tools.grammar(list(callable_), choice) if choice else None)
+        # With tools and none to call ("none"), the model still copied the call format from the conversation
+        # into words the caller would hear: such a reply is held to plain words too.
+        plain = request.words_only or (bool(callable_) and choice is None)
+        grammar = WORDS if plain else tools.grammar(list(callable_), choice) if choice else None
+        params = SamplingParams(max_tokens=request.max_tokens, temperature=self.config.temperature, grammar=grammar)
         if request.probe_at is not None:
             params = probe_params(self.tokenizer, params, request.probe_at)
         parser = tools.FunctionCallParser() if choice else None

@@ -69,6 +69,7 @@ class ResponseRequested(Event):
     pending: tuple[dict[str, str], ...] = ()
     last: bool = False  # the call ends once this reply has played
     tools: ReplyTools | None = None  # None: the session's
+    words_only: bool = False  # held to plain words: no call, nor anything that looks like one, is written
     # What the reply reads instead of the conversation: (role, text) messages, or ("item_reference", id) for
     # a conversation item; None: the conversation.
     input: tuple[tuple[str, str], ...] | None = None
