@@ -221,16 +221,23 @@ def reply_tools(response: dict, config: CallConfig) -> ReplyTools | None:
     """The tools a `response.create` gives its reply (None: the session's)."""
     if "tools" not in response and "tool_choice" not in response:
         return None
+    choice = response.get("tool_choice", config.tool_choice if "tools" not in response else None)
+    found, chosen = checked_tools(response, "response", "invalid_response", config, choice)
+    return ReplyTools(tuple(found), chosen, tools.instructions(found, chosen) if chosen else "")
+
+
+def checked_tools(fields: dict, where: str, code: str, config: CallConfig, choice: Any
+                  ) -> tuple[list[tools.Tool], str | None]:
+    """The tools `fields` gives (the session's when it gives none) and `choice` among them resolved, checked;
+    ClientError (`code`, or schema_too_complex) names the field at fault under `where`."""
     try:
-        found = tools.parse_tools(response["tools"], "response.tools", nested=False) if "tools" in response \
+        found = tools.parse_tools(fields["tools"], f"{where}.tools", nested=False) if "tools" in fields \
             else list(config.tools)
-        chosen = tools.choose(found, response.get("tool_choice", config.tool_choice if "tools" not in response
-                                                  else None), "response.tool_choice")
+        return found, tools.choose(found, choice, f"{where}.tool_choice")
     except SchemaTooComplex as e:
         raise ClientError(str(e), "schema_too_complex", str(e).split(":")[0]) from None
     except ValueError as e:
-        raise ClientError(str(e), "invalid_response", str(e).split(":")[0]) from None
-    return ReplyTools(tuple(found), chosen, tools.instructions(found, chosen) if chosen else "")
+        raise ClientError(str(e), code, str(e).split(":")[0]) from None
 
 
 def speaks(modalities: Any, default: bool) -> bool | None:
@@ -282,15 +289,8 @@ def session_update(update: Any, config: CallConfig) -> SessionUpdate:
             else {}
     except ValueError as e:
         raise ClientError(str(e), "invalid_session_update") from None
-    try:
-        found = tools.parse_tools(update["tools"], "session.tools", nested=False) if "tools" in update \
-            else list(config.tools)
-        choice = update.get("tool_choice", config.tool_choice)
-        chosen = tools.choose(found, choice, "session.tool_choice")
-    except SchemaTooComplex as e:
-        raise ClientError(str(e), "schema_too_complex", str(e).split(":")[0]) from None
-    except ValueError as e:
-        raise ClientError(str(e), "invalid_session_update", str(e).split(":")[0]) from None
+    choice = update.get("tool_choice", config.tool_choice)
+    found, chosen = checked_tools(update, "session", "invalid_session_update", config, choice)
     return SessionUpdate(instructions, speak, detection, tuple(found), choice,
                          tools.instructions(found, chosen) if chosen else "", audio_input(update))
 
