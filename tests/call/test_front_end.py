@@ -146,7 +146,7 @@ async def test_a_session_update_turns_the_suppressor_on_and_off_in_the_audio_the
         assert not front.processing.active or front.processing.noise is None
         from voicepipe.pipeline.requests import SessionUpdate
 
-        update = SessionUpdate(call.config.instructions, True, {}, (), "auto", "",
+        update = SessionUpdate(call.config.instructions, True, {}, (), "auto",
                                {"noise_reduction": "near_field", "echo_cancellation": False})
         await call.push(update)
         assert front.processing.noise == "near_field" and not front.processing.echo

@@ -13,6 +13,7 @@ import pytest
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from scheduler.grammar.cache import GrammarCache
 from scheduler.grammar.constraint import Grammar
+from voicepipe.backends.loading import ModelOptions, set_torch_threads
 from voicepipe.bench.random_weights import random_llm
 
 # Within the schema limits, and slow to compile all the same: a pattern of nested repetitions (2.7 s here),
@@ -38,9 +39,16 @@ def make_engine(**config) -> Engine:
 
 @pytest.fixture(scope="module")
 def engine():
+    """With torch's threads as a served engine has them on a CPU (one core fewer than the machine has: the
+    compile worker's process takes a core, and a parallel region with a thread on that core waits for it)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    set_torch_threads(ModelOptions(), "cpu")
     engine = make_engine(grammar_budget_s=30.0)
     yield engine
     engine.close()
+    torch.set_num_threads(threads)
 
 
 def run_until(engine: Engine, done, timeout_s: float = 60.0) -> None:

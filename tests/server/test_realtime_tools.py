@@ -11,7 +11,7 @@ import numpy as np
 import openai
 import pytest
 import pytest_asyncio
-from support.fake_call import QUESTION, SECOND, Call, fake_server
+from support.fake_call import QUESTION, SECOND, Call, fake_server, read_until
 
 from voicepipe.call.limits import Limits
 from voicepipe.constrained import tools
@@ -30,14 +30,6 @@ MULTIPLY = {"type": "function", "name": "multiply", "description": "The product 
 async def served():
     async with fake_server(Limits(), reply=CALL) as served:
         yield served
-
-
-async def read_until(connection, kind: str, seen: list) -> object:
-    while True:
-        event = await asyncio.wait_for(connection.recv(), 10)
-        seen.append(event)
-        if event.type == kind:
-            return event
 
 
 @pytest.mark.parametrize("beta", [False, True], ids=["ga", "beta"])

@@ -15,6 +15,7 @@ from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 from voicepipe.call.limits import Limits
 from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
+from voicepipe.mcp_servers import McpPolicy
 from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import SpeechAudio, SpeechPaused, SpeechStarted, SpeechStopped
 
@@ -149,13 +150,15 @@ async def settle(pipeline) -> None:
 
 @asynccontextmanager
 async def fake_server(limits: Limits, reply: str = "one two three four five six", heard: str = "",
-                      replies: dict[str, str] | None = None, security: Any = None) -> AsyncIterator[tuple]:
+                      replies: dict[str, str] | None = None, security: Any = None,
+                      mcp: McpPolicy | None = None) -> AsyncIterator[tuple]:
     """A real voice server on a loopback port over the fake engine, whose ASR hears `heard` in any speech
-    and which answers `reply` (or, to a question in `replies`, its answer): (server, engine)."""
+    and which answers `reply` (or, to a question in `replies`, its answer), its calls allowed the MCP
+    servers of `mcp`: (server, engine)."""
     from voicepipe.server import VoiceServer
 
     engine = FakeEngine(FakeTokenizer(), replies, default_reply=reply, asr=FakeASR(heard), tts=FakeTTS())
-    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000)
+    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, mcp=mcp or McpPolicy())
     server = VoiceServer(runtime, limits, security=security)
     await server.start("127.0.0.1", 0)
     try:
@@ -163,3 +166,12 @@ async def fake_server(limits: Limits, reply: str = "one two three four five six"
     finally:
         engine.gate.set()
         await server.close()
+
+
+async def read_until(connection: Any, kind: str, seen: list, timeout_s: float = 20.0) -> Any:
+    """The next event of type `kind` from an `openai` SDK Realtime connection, keeping every event read."""
+    while True:
+        event = await asyncio.wait_for(connection.recv(), timeout_s)
+        seen.append(event)
+        if event.type == kind:
+            return event

@@ -23,6 +23,7 @@ from voicepipe.backends.loading import (
     set_torch_threads,
     voice_info,
 )
+from voicepipe.mcp_servers import McpPolicy
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Runtime:
     asr_rate: int
     tts_rate: int
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # the calls' and the API's metrics
+    mcp: McpPolicy = field(default_factory=McpPolicy)  # the MCP servers calls may use
 
     @property
     def ready(self) -> bool:

@@ -17,9 +17,16 @@ from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
 from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.ids import new_id
+from voicepipe.mcp_servers import ServerSpec, Toolbox
 from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import Event
-from voicepipe.pipeline.requests import CancelRequested, ClearRequested, CommitRequested, SessionUpdate
+from voicepipe.pipeline.requests import (
+    CancelRequested,
+    ClearRequested,
+    CommitRequested,
+    SessionUpdate,
+    ToolsListed,
+)
 from voicepipe.pipeline.turn_metrics import turn_metrics
 from voicepipe.protocol import ClientEvent, ServerEvent, client_events, server_events
 from voicepipe.protocol.transport import Disconnected, Transport
@@ -57,8 +64,10 @@ class Session:
             front.config = self.config
             front.configure()
         self.front = front or AudioFrontEnd(self.config)
+        self.toolbox = Toolbox(runtime.mcp)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe,
-                                       self.front, self.hang_up)
+                                       self.front, self.hang_up, self.toolbox)
+        self._listings: set[asyncio.Task] = set()  # MCP servers being connected and listed
         self._send_lock = asyncio.Lock()
         self._responses: set[str] = set()  # response.created sent, response.done not yet
         self._cause: str | None = None  # the event_id of the client event being handled
@@ -80,8 +89,11 @@ class Session:
             await self._receive()
         finally:
             stats.cancel()
+            for listing in self._listings:
+                listing.cancel()
             await self.pipeline.stop()
-            await asyncio.gather(stats, return_exceptions=True)
+            await asyncio.gather(stats, *self._listings, return_exceptions=True)
+            await self.toolbox.close()
             self.runtime.engine.release_session(self.id)
             log.info("call %s ended", self.id)
 
@@ -201,7 +213,7 @@ class Session:
         """Check every field first (new tools' grammars compiled in the engine, so a reply can use them at
         once, and the scheduler's knobs, which the engine checks all of before applying any); the stages
         apply the rest, and the output stage answers `session.updated`."""
-        update = client_events.session_update(fields, self.config)
+        update = client_events.session_update(fields, self.config, self.runtime.mcp)
         changes_tools = "tools" in fields or "tool_choice" in fields
         chosen = tools.choose(list(update.tools), update.tool_choice)
         if chosen and changes_tools:
@@ -217,7 +229,46 @@ class Session:
                 self.runtime.engine.update_config(**knobs)
             except (ValueError, TypeError) as e:
                 raise client_events.ClientError(f"scheduler: {e}", "invalid_session_update") from None
+        if update.servers is not None:
+            self._list_servers(update)
         return update
+
+    def _list_servers(self, update: SessionUpdate) -> None:
+        """Connect the MCP servers the update names anew (each in a task of its own: a slow server holds up
+        nothing else), and let go of those it no longer names."""
+        named = {spec.label: spec for spec in update.servers}
+        for label in self.toolbox.labels - set(named):
+            self._spawn(self.toolbox.drop(label))
+        for spec in named.values():
+            if self.toolbox.spec(spec.label) != spec:
+                self._spawn(self._list(spec, update))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._listings.add(task)
+        task.add_done_callback(self._listings.discard)
+
+    async def _list(self, spec: ServerSpec, update: SessionUpdate) -> None:
+        """List one server's tools (the client hears of it as OpenAI's `mcp_list_tools` item), compile the
+        grammar that calls them, and offer them to the replies from now on."""
+        item_id = new_id("mcpl")
+        await self.send(*server_events.mcp_listing(item_id, spec.label, None))
+        taken = {t.name for t in (*update.tools, *self.config.server_tools) if t.server != spec.label}
+        listed = await self.toolbox.connect(spec, taken)
+        failure = listed.error
+        offered = [*update.tools, *listed.tools]
+        chosen = tools.choose(offered, update.tool_choice)
+        if failure is None and listed.tools and chosen:
+            try:
+                await self._prepare(tools.grammars(offered, chosen, "session.tools"))
+            except client_events.ClientError as e:
+                failure = f"the tools of MCP server {spec.label!r}: {e}"
+        if failure is not None:
+            await self.toolbox.drop(spec.label)
+            await self.send(*server_events.mcp_listing(item_id, spec.label, None, failure))
+            return
+        await self.send(*server_events.mcp_listing(item_id, spec.label, listed.described))
+        self.pipeline.push(ToolsListed(spec.label, listed.tools))
 
     async def _prepare(self, wanted: list) -> None:
         """Compile the grammars a reply's calls need, in the engine; ClientError names what it refused."""
@@ -245,8 +296,9 @@ class Session:
             "turn_detection": self.config.turn_detection.describe(),
             "echo_cancellation": self.config.echo_cancellation,
             "noise_reduction": {"type": self.config.noise_reduction} if self.config.noise_reduction else None,
-            "tools": [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
-                      for t in self.config.tools],
+            "tools": [*({"type": "function", "name": t.name, "description": t.description,
+                         "parameters": t.parameters} for t in self.config.tools),
+                      *(spec.described for spec in self.config.servers)],
             "tool_choice": self.config.tool_choice,
             "time_to_first_audio_deadline_s": self.config.ttfa_s,
             "scheduler": scheduler,

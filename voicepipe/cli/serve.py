@@ -62,6 +62,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                                "or localhost)")
     security.add_argument("--ssl-keyfile", type=flag_type("ssl_keyfile"), metavar="PEM",
                           help="the certificate's private key")
+    tools = parser.add_argument_group("tools run by the server (MCP)")
+    tools.add_argument("--mcp-server", dest="mcp_servers", action="append", type=flag_type("mcp_servers"),
+                       metavar="LABEL=URL", help="an MCP server sessions may name by its label (a session tool "
+                       '{"type": "mcp", "server_label": LABEL}): streamable HTTP at URL, or LABEL=stdio:COMMAND '
+                       "started for each call that names it; repeatable")
+    tools.add_argument("--mcp-allow-url", dest="mcp_allow_urls", action="append", type=flag_type("mcp_allow_urls"),
+                       metavar="PREFIX", help="a URL prefix a session's own MCP server (server_url) may start with; "
+                       "repeatable (default: none, so sessions use only the --mcp-server ones)")
+    tools.add_argument("--mcp-timeout", type=flag_type("mcp_timeout"), metavar="S",
+                       help=f"how long one MCP tool call may take (default: {DEFAULTS.mcp_timeout:g})")
     parser.add_argument("--drain-seconds", dest="drain_s", type=flag_type("drain_s"), metavar="S",
                         help=f"after SIGTERM, how long running replies may take (default: {DEFAULTS.drain_s:g})")
     cluster = parser.add_argument_group("replicas on Ray Serve (the cluster extra)")

@@ -36,6 +36,7 @@ class VoiceReplica:
         self.drain_s = settings.drain_s
         self.fleet = FleetStatus(settings.replicas)
         self.runtime = await Runtime.spawn(ModelOptions.pick(settings.model_options()))  # its own engine process
+        self.runtime.mcp = settings.mcp()
         self.server = VoiceServer(self.runtime, settings.limits(), settings.call_config(), settings.security())
         self.identity = CollectorRegistry()
         Gauge("voicepipe_replica_info", "This replica's process and machine (always 1)", ["pid", "host"],

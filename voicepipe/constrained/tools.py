@@ -13,7 +13,7 @@ The text API and the Realtime dialect both use this module.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.grammar.constraint import Grammar, bounded
@@ -30,6 +30,7 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     field: str = "parameters"  # where the client gave its parameters (what an error about them names)
+    server: str = ""  # the label of the MCP server that runs it; "": the client runs it
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +40,13 @@ class FunctionCall:
     call_id: str
     name: str
     arguments: str
+    server: str = ""  # the MCP server that runs it; "": the client
 
 
-def parse_tools(raw: Any, where: str = "tools", nested: bool = True) -> list[Tool]:
+def parse_tools(raw: Any, where: str = "tools", nested: bool = True, servers: bool = False) -> list[Tool]:
     """Function tools from a request; ValueError naming the field at fault. `nested`: the chat API's
-    shape (`{"type": "function", "function": {...}}`); else the Realtime API's flat one."""
+    shape (`{"type": "function", "function": {...}}`); else the Realtime API's flat one. `servers`: MCP
+    server entries (`{"type": "mcp", ...}`) are passed over, for the caller to read."""
     if not isinstance(raw, list):
         raise ValueError(f"{where}: expected a list of tools")
     if len(raw) > MAX_TOOLS:
@@ -51,8 +54,11 @@ def parse_tools(raw: Any, where: str = "tools", nested: bool = True) -> list[Too
     tools = []
     for n, entry in enumerate(raw):
         at = f"{where}[{n}]"
+        if servers and isinstance(entry, dict) and entry.get("type") == "mcp":
+            continue
         if not isinstance(entry, dict) or entry.get("type") != "function":
-            raise ValueError(f"{at}.type: only 'function' tools are supported")
+            also = " and 'mcp' (in session.tools)" if where.endswith(("session.tools", "response.tools")) else ""
+            raise ValueError(f"{at}.type: only 'function'{also} tools are supported")
         spec = entry.get("function") if nested else entry
         at = f"{at}.function" if nested else at
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
@@ -139,9 +145,10 @@ def _head(name: str) -> str:
 class FunctionCallParser:
     """Splits a streamed reply into its text and its calls as they arrive: `feed` returns the new text
     and, for each call, ("start", FunctionCall with empty arguments), ("arguments", fragment) and
-    ("end", FunctionCall)."""
+    ("end", FunctionCall). `servers` names the MCP server that runs each tool it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, servers: dict[str, str] | None = None) -> None:
+        self.servers = servers or {}
         self._buffer, self._call, self._args = "", None, ""
         self.calls: list[FunctionCall] = []
 
@@ -165,7 +172,7 @@ class FunctionCallParser:
                 if marker < 0:
                     return events
                 name = json.loads(self._buffer[len(OPEN):marker].removeprefix('{"name": '))
-                self._call, self._args = FunctionCall(new_id("call"), name, ""), ""
+                self._call, self._args = FunctionCall(new_id("call"), name, "", self.servers.get(name, "")), ""
                 self._buffer = self._buffer[marker + len(', "arguments": '):]
                 events.append(("start", self._call))
             end = self._buffer.find("}" + CLOSE)
@@ -190,7 +197,7 @@ class FunctionCallParser:
         return [("arguments", fragment)] if fragment else []
 
     def _finish(self) -> FunctionCall:
-        call = FunctionCall(self._call.call_id, self._call.name, self._args)
+        call = replace(self._call, arguments=self._args)
         self.calls.append(call)
         self._call, self._args = None, ""
         return call

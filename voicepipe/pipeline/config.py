@@ -5,6 +5,7 @@ from typing import Any
 
 from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.constrained.tools import Tool
+from voicepipe.mcp_servers.spec import ServerSpec
 from voicepipe.turns.detection import TurnDetection
 
 
@@ -16,6 +17,9 @@ class CallConfig:
     # Functions the assistant may call (the client runs them), and `tool_choice` as the client gave it.
     tools: tuple[Tool, ...] = ()
     tool_choice: Any = "auto"
+    # MCP servers the session named, and the tools they listed (the server runs these).
+    servers: tuple[ServerSpec, ...] = ()
+    server_tools: tuple[Tool, ...] = ()
     # Time to first audio, measured from the caller's last voiced frame (the caller's clock, not the server's
     # later confirmation that the turn ended): the deadline each turn is scheduled against.
     ttfa_s: float = 1.5

@@ -18,6 +18,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from voicepipe.constrained.tools import FunctionCall
+    from voicepipe.mcp_servers.toolbox import ToolResult
     from voicepipe.pipeline.turn import Reply, Turn
 
 
@@ -322,11 +323,33 @@ class FunctionCallArguments(Event):
     item_id: str
     call_id: str
     delta: str
+    server: str = ""  # the MCP server that runs the call; "": the client
 
 
 @dataclass(frozen=True, slots=True)
 class FunctionCallDone(Event):
     """A function call is complete: it is not spoken; the client runs it and sends its output."""
+
+    turn: Turn
+    item_id: str
+    call: FunctionCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRan(Event):
+    """A call the server ran on an MCP server has its result (the reply goes on after it);
+    `approval_request_id` names the approval it waited for, if any."""
+
+    turn: Turn
+    item_id: str
+    call: FunctionCall
+    result: ToolResult
+    approval_request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested(Event):
+    """A call the server runs only once the client approves it (`mcp_approval_request`)."""
 
     turn: Turn
     item_id: str

@@ -19,11 +19,14 @@ FILLER = ("[A function you called is still running. Tell the caller, in a few wo
 FILLER_TOKENS = 24
 
 
+FILLER_MESSAGE = ({"role": "user", "content": FILLER},)
+
+
 def filler_reply() -> ResponseRequested:
     """A few spoken words while a function's result is on its way: plain words only (the default model,
     after its own call in the conversation, wrote another call's text for the caller to hear)."""
-    return ResponseRequested(pending=({"role": "user", "content": FILLER},), max_tokens=FILLER_TOKENS,
-                             tools=ReplyTools((), None, ""), words_only=True)
+    return ResponseRequested(pending=FILLER_MESSAGE, max_tokens=FILLER_TOKENS, tools=ReplyTools((), None, ""),
+                             words_only=True)
 
 
 def idle_reply(event: IdleTimedOut, prompts: int | None, spoken: bool) -> ResponseRequested:

@@ -5,6 +5,8 @@ import time
 from typing import Any
 
 from scheduler import RequestClass
+from voicepipe.constrained import tools
+from voicepipe.mcp_servers.toolbox import Toolbox
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.engine_port import Engine
@@ -26,12 +28,14 @@ from voicepipe.pipeline.items import Items
 from voicepipe.pipeline.keypad import Keypad
 from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
 from voicepipe.pipeline.requests import (
+    ApprovalGiven,
     CancelRequested,
     ItemCreated,
     ItemRequested,
     KeyPressed,
     ResponseRequested,
     SessionUpdate,
+    ToolsListed,
     TruncateRequested,
 )
 from voicepipe.pipeline.responder import Responder
@@ -54,14 +58,15 @@ class LLMStage(Stage):
     `PlaybackPaused`), so a reply cut off keeps only its heard words in the conversation."""
 
     def __init__(self, engine: Engine, tokenizer: Any, conversation: Conversation, config: CallConfig,
-                 call_id: str) -> None:
+                 call_id: str, toolbox: Toolbox | None = None) -> None:
         super().__init__()
         self.engine, self.tokenizer, self.conversation = engine, tokenizer, conversation
         self.config, self.call_id = config, call_id
-        self.writer = ReplyWriter(engine, tokenizer, conversation, config, self.emit)
+        self.writer = ReplyWriter(engine, tokenizer, conversation, config, self.emit, toolbox)
         self.items = Items(conversation, self.emit)
-        self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made)
         self.tool_wait = ToolWait()
+        self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made,
+                                 self.tool_wait)
         self._filler: asyncio.Task | None = None  # says a few words if the functions' results are slow
         self._filling: Turn | None = None  # the filler reply, which the answer may cut short
         self._primed = False
@@ -72,7 +77,8 @@ class LLMStage(Stage):
                           CancelRequested: self._cancel_requested, TruncateRequested: self.items.truncate,
                           ItemCreated: self._item_created, ResponseRequested: self._response_requested,
                           ItemRequested: lambda event: self.items.requested(event, self._cancel_item),
-                          SessionUpdate: self._update, IdleTimedOut: self._idle,
+                          SessionUpdate: self._update, IdleTimedOut: self._idle, ToolsListed: self._listed,
+                          ApprovalGiven: self._approval,
                           KeyPressed: lambda event: self.keypad.press(event.digit)}
 
     @property
@@ -103,11 +109,43 @@ class LLMStage(Stage):
         self.replies.cancel(reason)
 
     def _update(self, event: SessionUpdate) -> None:
-        """The session's new instructions, tools and output, for the replies from now on."""
+        """The session's new instructions, tools and output, for the replies from now on (an MCP server's
+        tools join once it has listed them)."""
         config = self.config
         config.spoken, config.tools, config.tool_choice = event.spoken, event.tools, event.tool_choice
         config.instructions = self.conversation.instructions = event.instructions
-        self.conversation.tool_instructions = event.tool_instructions
+        if event.servers is not None:
+            config.servers = event.servers
+            named = {spec.label for spec in event.servers}
+            config.server_tools = tuple(t for t in config.server_tools if t.server in named)
+        self._retool()
+
+    def _listed(self, event: ToolsListed) -> None:
+        config = self.config
+        if any(spec.label == event.label for spec in config.servers):
+            config.server_tools = (*(t for t in config.server_tools if t.server != event.label), *event.tools)
+            self._retool()
+
+    def _retool(self) -> None:
+        """What the system prompt says the model may call: the session's functions and its servers' tools."""
+        offered = [*self.config.tools, *self.config.server_tools]
+        chosen = tools.choose(offered, self.config.tool_choice)
+        self.conversation.tool_instructions = tools.instructions(offered, chosen) if chosen else ""
+
+    def _approval(self, event: ApprovalGiven) -> None:
+        """The client approved (or declined) a call: it runs, and a reply answers with its result."""
+        call = self.replies.approvals.pop(event.request_id, None)
+        if call is None:
+            self.emit(Error("item_not_found", f"no MCP approval request {event.request_id!r} is waiting"))
+            return
+        self.emit(ItemCreated(event.item_id, "tool", "", event.item))
+        if self.replies.answering:
+            self.replies.approvals[event.request_id] = call
+            self.emit(Error("conversation_already_has_active_response", "a response is in progress: send the "
+                            "approval again once its response.done has come"))
+            return
+        self._drop_speculation()
+        self._reply(None, time.monotonic(), approved=(event.request_id, call, event.approve))
 
     def _speech_started(self, event: SpeechStarted) -> None:
         self.replies.called_for = None
@@ -200,9 +238,11 @@ class LLMStage(Stage):
         if event.answer:
             self._reply(final.item_id, final.speech_end).ended(final.confirmed_at, final.speech_end + final.ready_s)
 
-    def _reply(self, item_id: str | None, speech_end: float, asked: ResponseRequested | None = None) -> Turn:
+    def _reply(self, item_id: str | None, speech_end: float, asked: ResponseRequested | None = None,
+               approved: tuple | None = None) -> Turn:
         """Answer the conversation as it stands, against the deadline counted from `speech_end`, as the
-        client `asked` (other instructions, a length, text only, outside the conversation)."""
+        client `asked` (other instructions, a length, text only, outside the conversation), after running
+        the call the client `approved`, if any."""
         asked = asked or ResponseRequested(audio=self.config.spoken)
         self.cancel("superseded")
         turn = self.replies.new_turn(item_id, speech_end, asked.audio)
@@ -219,7 +259,8 @@ class LLMStage(Stage):
         # Out of band or on its own input, the reply shares no prefix with the conversation's session.
         request = ReplyRequest(prompt, None if asked.out_of_band or asked.input is not None else self.call_id,
                                asked.max_tokens or self.config.max_tokens, not asked.out_of_band,
-                               tools=None if own is None else (own.tools, own.choice), words_only=asked.words_only)
+                               tools=None if own is None else (own.tools, own.choice), words_only=asked.words_only,
+                               approved=approved)
         self.replies.begin(turn, request, asked.metadata, asked.out_of_band)
         return turn
 

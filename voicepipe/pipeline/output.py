@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from voicepipe.constrained.tools import FunctionCall
 from voicepipe.pipeline.events import (
+    ApprovalRequested,
     AudioOut,
     BargeIn,
     BargeInResolved,
@@ -28,6 +30,7 @@ from voicepipe.pipeline.events import (
     SpeechStarted,
     SpeechStopped,
     TextDelta,
+    ToolRan,
     TranscriptDelta,
     TranscriptFinal,
     Truncated,
@@ -136,16 +139,9 @@ class ClientOutput(Stage):
             await self.send(server_events.session_event(ServerEvent.SESSION_UPDATED, self.describe()))
         elif isinstance(event, ItemCreated):
             await self.send(*server_events.text_item(event.item_id, event.role, event.text, event.item))
-        elif isinstance(event, FunctionCallStarted):
-            await self.send(server_events.call_started(event.turn.response_id, event.item_id, event.call.call_id,
-                                                  event.call.name))
-        elif isinstance(event, FunctionCallArguments):
-            await self.send(server_events.call_arguments(event.turn.response_id, event.item_id, event.call_id,
-                                                    event.delta))
-        elif isinstance(event, FunctionCallDone):
-            call = event.call
-            await self.send(*server_events.call_done(event.turn.response_id, event.item_id, call.call_id, call.name,
-                                                call.arguments))
+        elif isinstance(event, FunctionCallStarted | FunctionCallArguments | FunctionCallDone | ToolRan
+                        | ApprovalRequested):
+            await self.send(*call_events(event))
         elif isinstance(event, Truncated):
             await self._truncated(event, now)
         elif isinstance(event, ItemFound):
@@ -284,8 +280,35 @@ class ClientOutput(Stage):
                    "deadline_met": met, "underruns": delivered.underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
-        calls = tuple(server_events.function_call_item(item_id, call.call_id, call.name, call.arguments)
-                      for item_id, call in reply.calls)
+        calls = tuple(call_item(reply, item_id, call) for item_id, call in reply.calls)
         await self.send(server_events.response_done(turn.response_id, status, turn.output_item_id,
                                                reply.text if delivered.said is None else delivered.said,
                                                (reply.prompt_tokens, reply.output_tokens), calls, **details))
+
+
+def call_events(event: Event) -> list[dict]:
+    """A reply's call as it goes: a function call the client runs, or a call the server runs on an MCP
+    server (its result when it has run), or its approval request."""
+    response_id, item_id = event.turn.response_id, event.item_id
+    if isinstance(event, FunctionCallArguments):
+        return [server_events.mcp_arguments(response_id, item_id, event.delta) if event.server
+                else server_events.call_arguments(response_id, item_id, event.call_id, event.delta)]
+    call = event.call
+    if isinstance(event, ToolRan):
+        return server_events.mcp_call_ended(response_id, item_id, call, event.result, event.approval_request_id)
+    if isinstance(event, ApprovalRequested):
+        return server_events.approval_requested(response_id, item_id, call)
+    if isinstance(event, FunctionCallStarted):
+        return [server_events.mcp_call_started(response_id, item_id, call) if call.server
+                else server_events.call_started(response_id, item_id, call.call_id, call.name)]
+    return server_events.mcp_call_running(response_id, item_id, call.arguments) if call.server \
+        else server_events.call_done(response_id, item_id, call.call_id, call.name, call.arguments)
+
+
+def call_item(reply: Reply, item_id: str, call: FunctionCall) -> dict:
+    """A call as its response's output lists it."""
+    if not call.server:
+        return server_events.function_call_item(item_id, call.call_id, call.name, call.arguments)
+    if item_id in reply.awaiting:
+        return server_events.approval_request_item(item_id, call)
+    return server_events.mcp_call_item(item_id, call, reply.results.get(item_id), reply.approved.get(item_id))

@@ -1,5 +1,6 @@
 """One reply streamed from the engine: its text goes on to be spoken, a function call becomes an item of its
-own, never spoken (and, out of band, never part of the conversation)."""
+own, never spoken (and, out of band, never part of the conversation): a call the client runs, one the server
+runs on an MCP server, or one that waits for the client's approval first."""
 
 from collections.abc import Callable
 from contextlib import aclosing
@@ -10,11 +11,14 @@ from scheduler import RequestClass, SamplingParams
 from scheduler.grammar.constraint import Grammar
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.constrained import tools
+from voicepipe.constrained.tools import FunctionCall
 from voicepipe.ids import new_id
+from voicepipe.mcp_servers.toolbox import Toolbox
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
 from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
+    ApprovalRequested,
     Error,
     Event,
     FunctionCallArguments,
@@ -42,22 +46,28 @@ class ReplyRequest:
     probe_at: int | None = None
     tools: tuple[tuple[Any, ...], str | None] | None = None  # (tools, choice) for this reply; None: the session's
     words_only: bool = False
+    # A call the client has just approved (or declined: False), run before the reply is written: (the
+    # approval request's id, the call, approved).
+    approved: tuple[str, FunctionCall, bool] | None = None
+    after_calls: bool = False  # goes on after its calls' results: a call may follow, but need not
 
 
 class ReplyWriter:
     """Streams a turn's reply into its `Reply` record, emitting what the client hears of it as it comes."""
 
     def __init__(self, engine: Engine, tokenizer: Any, conversation: Conversation, config: CallConfig,
-                 emit: Callable[[Event], None]) -> None:
+                 emit: Callable[[Event], None], toolbox: Toolbox | None = None) -> None:
         self.engine, self.tokenizer, self.conversation, self.config = engine, tokenizer, conversation, config
-        self.emit = emit
+        self.emit, self.toolbox = emit, toolbox
 
     async def write(self, turn: Turn, reply: Reply, request: ReplyRequest, deadline: float,
                     probed: Callable[[float], None], called: Callable[[], None]) -> None:
         """The stream of `turn`'s request until it ends; `probed` hears the end-of-turn probability its
         prefill read, `called` each function call it completes."""
-        callable_, choice = request.tools or (self.config.tools, tools.choose(list(self.config.tools),
-                                                                               self.config.tool_choice))
+        offered = (*self.config.tools, *self.config.server_tools)
+        callable_, choice = request.tools or (offered, tools.choose(list(offered), self.config.tool_choice))
+        if request.after_calls and choice is not None:
+            choice = "auto"  # "required" or a named tool held for the first call; the answer may be words
         # With tools and none to call ("none"), the model still copied the call format from the conversation
         # into words the caller would hear: such a reply is held to plain words too.
         plain = request.words_only or (bool(callable_) and choice is None)
@@ -65,7 +75,7 @@ class ReplyWriter:
         params = SamplingParams(max_tokens=request.max_tokens, temperature=self.config.temperature, grammar=grammar)
         if request.probe_at is not None:
             params = probe_params(self.tokenizer, params, request.probe_at)
-        parser = tools.FunctionCallParser() if choice else None
+        parser = tools.FunctionCallParser({t.name: t.server for t in callable_ if t.server}) if choice else None
         stream = self.engine.generate(request.prompt, params, cls=RequestClass.REALTIME, deadline=deadline,
                                       session=request.session, request_id=turn.request_id)
         async with aclosing(stream) as outputs:
@@ -103,13 +113,23 @@ class ReplyWriter:
                 self.emit(TextDelta(turn, value))
             elif kind == "start":
                 reply.calls.append((new_id("item"), value))
-                self.emit(FunctionCallStarted(turn, reply.calls[-1][0], value))
+                if self._needs_approval(value):
+                    reply.awaiting.add(reply.calls[-1][0])  # its request is all the client sees of it
+                else:
+                    self.emit(FunctionCallStarted(turn, reply.calls[-1][0], value))
             elif kind == "arguments":
-                self.emit(FunctionCallArguments(turn, reply.calls[-1][0], reply.calls[-1][1].call_id, value))
+                item_id, call = reply.calls[-1]
+                if item_id not in reply.awaiting:
+                    self.emit(FunctionCallArguments(turn, item_id, call.call_id, value, call.server))
             elif kind == "end":
                 item_id = reply.calls[-1][0]
                 reply.calls[-1] = (item_id, value)
                 if in_conversation and not turn.speculative:  # a speculative turn's join it if it is confirmed
                     self.conversation.add("assistant", tools.call_text(value.name, value.arguments), item_id)
-                called()
-                self.emit(FunctionCallDone(turn, item_id, value))
+                if not value.server:
+                    called()
+                self.emit(ApprovalRequested(turn, item_id, value) if item_id in reply.awaiting
+                          else FunctionCallDone(turn, item_id, value))
+
+    def _needs_approval(self, call: FunctionCall) -> bool:
+        return bool(call.server) and self.toolbox is not None and self.toolbox.needs_approval(call)

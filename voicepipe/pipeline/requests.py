@@ -103,5 +103,24 @@ class SessionUpdate(Event):
     turn_detection: dict  # the fields that change
     tools: tuple
     tool_choice: Any
-    tool_instructions: str
     audio_input: dict = field(default_factory=dict)  # the audio front end's fields that change
+    servers: tuple | None = None  # the MCP servers the session names (None: the same as before)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsListed(Event):
+    """An MCP server the session names has listed its tools (none, if it could not): the replies from now
+    on may call them."""
+
+    label: str
+    tools: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalGiven(Event):
+    """The client's answer to an `mcp_approval_request`: the call runs (or is declined) and the reply goes on."""
+
+    item_id: str
+    request_id: str
+    approve: bool
+    item: dict | None = None  # the `mcp_approval_response` item, as the client sees it in the conversation

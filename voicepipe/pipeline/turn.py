@@ -10,6 +10,7 @@ from voicepipe.ids import new_id
 
 if TYPE_CHECKING:
     from voicepipe.constrained.tools import FunctionCall
+    from voicepipe.mcp_servers.toolbox import ToolResult
 
 
 class Mark:
@@ -106,7 +107,13 @@ class Reply:
     text: str = ""
     output_tokens: int = 0
     calls: list[tuple[str, FunctionCall]] = field(default_factory=list)  # (item id, call), in the order made
+    # What the server's MCP calls among them returned, those waiting for the client's approval, and the
+    # approval request each approved one waited for, by item id.
+    results: dict[str, ToolResult] = field(default_factory=dict)
+    awaiting: set[str] = field(default_factory=set)
+    approved: dict[str, str] = field(default_factory=dict)
     done: bool = False  # the LLM's request ended
 
     def copy(self) -> Reply:
-        return replace(self, calls=list(self.calls))
+        return replace(self, calls=list(self.calls), results=dict(self.results), awaiting=set(self.awaiting),
+                       approved=dict(self.approved))

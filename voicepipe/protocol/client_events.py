@@ -12,9 +12,11 @@ import numpy as np
 from scheduler.grammar.schema_limits import SchemaTooComplex
 from voicepipe.audio import to_float32
 from voicepipe.constrained import tools
+from voicepipe.mcp_servers.spec import McpPolicy, ServerSpec, parse_server
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.events import AudioIn
 from voicepipe.pipeline.requests import (
+    ApprovalGiven,
     ItemCreated,
     ItemRequested,
     KeyPressed,
@@ -94,11 +96,14 @@ def audio_in(pcm: bytes) -> AudioIn | None:
     return AudioIn(to_float32(np.frombuffer(pcm, "<i2"))) if pcm else None
 
 
-def item_created(item: Any, item_id: str) -> ItemCreated:
-    """A `conversation.item.create`'s item: a text message, a function call or a call's output."""
+def item_created(item: Any, item_id: str) -> ItemCreated | ApprovalGiven:
+    """A `conversation.item.create`'s item: a text message, a function call or a call's output, or the
+    client's answer to an MCP call's approval request."""
     try:
         if isinstance(item, dict) and item.get("type") in ("function_call", "function_call_output"):
             return _call_item(item_id, item)
+        if isinstance(item, dict) and item.get("type") == "mcp_approval_response":
+            return _approval(item_id, item)
         return ItemCreated(item_id, *_message_text(item))
     except ValueError as e:
         raise ClientError(f"conversation.item.create: {e}", "invalid_item") from None
@@ -145,6 +150,17 @@ def _message_text(item: Any) -> tuple[str, str]:
             raise ValueError(f"a part's 'text' must be a string of at most {MAX_TEXT} characters")
         texts.append(text)
     return role, "".join(texts)
+
+
+def _approval(item_id: str, item: dict) -> ApprovalGiven:
+    request_id, approve, reason = item.get("approval_request_id"), item.get("approve"), item.get("reason")
+    if not (isinstance(request_id, str) and 0 < len(request_id) <= 64 and isinstance(approve, bool)):
+        raise ValueError("an mcp_approval_response needs an 'approval_request_id' string and 'approve' true or false")
+    if reason is not None and not is_text(reason):
+        raise ValueError(f"'reason' must be a string of at most {MAX_TEXT} characters")
+    shown = {"id": item_id, "type": "mcp_approval_response", "approval_request_id": request_id, "approve": approve,
+             "reason": reason}
+    return ApprovalGiven(item_id, request_id, approve, shown)
 
 
 def _call_item(item_id: str, item: dict) -> ItemCreated:
@@ -226,13 +242,13 @@ def reply_tools(response: dict, config: CallConfig) -> ReplyTools | None:
     return ReplyTools(tuple(found), chosen, tools.instructions(found, chosen) if chosen else "")
 
 
-def checked_tools(fields: dict, where: str, code: str, config: CallConfig, choice: Any
+def checked_tools(fields: dict, where: str, code: str, config: CallConfig, choice: Any, servers: bool = False
                   ) -> tuple[list[tools.Tool], str | None]:
     """The tools `fields` gives (the session's when it gives none) and `choice` among them resolved, checked;
     ClientError (`code`, or schema_too_complex) names the field at fault under `where`."""
     try:
-        found = tools.parse_tools(fields["tools"], f"{where}.tools", nested=False) if "tools" in fields \
-            else list(config.tools)
+        found = tools.parse_tools(fields["tools"], f"{where}.tools", nested=False, servers=servers) \
+            if "tools" in fields else list(config.tools)
         return found, tools.choose(found, choice, f"{where}.tool_choice")
     except SchemaTooComplex as e:
         raise ClientError(str(e), "schema_too_complex", str(e).split(":")[0]) from None
@@ -267,11 +283,13 @@ def is_unicode(text: str) -> bool:
 SESSION_FIELDS = {"instructions", "scheduler", "turn_detection", "output_modalities", "tools", "tool_choice",
                   "echo_cancellation", "noise_reduction"}
 NOISE_TYPES = ("near_field", "far_field")
+NO_MCP = McpPolicy()  # no server configured, no address allowed
 
 
-def session_update(update: Any, config: CallConfig) -> SessionUpdate:
+def session_update(update: Any, config: CallConfig, policy: McpPolicy = NO_MCP) -> SessionUpdate:
     """A `session.update`'s fields against the call's `config`, all checked before any applies (the
-    scheduler's knobs and the tools' grammars are the engine's to check)."""
+    scheduler's knobs and the tools' grammars are the engine's to check; MCP servers are checked against
+    the operator's `policy`, and listed once the update applies)."""
     if not isinstance(update, dict):
         raise ClientError("'session' must be an object", "invalid_session_update")
     unknown = set(update) - SESSION_FIELDS
@@ -290,9 +308,26 @@ def session_update(update: Any, config: CallConfig) -> SessionUpdate:
     except ValueError as e:
         raise ClientError(str(e), "invalid_session_update") from None
     choice = update.get("tool_choice", config.tool_choice)
-    found, chosen = checked_tools(update, "session", "invalid_session_update", config, choice)
-    return SessionUpdate(instructions, speak, detection, tuple(found), choice,
-                         tools.instructions(found, chosen) if chosen else "", audio_input(update))
+    found, _ = checked_tools(update, "session", "invalid_session_update", config, choice, servers=True)
+    return SessionUpdate(instructions, speak, detection, tuple(found), choice, audio_input(update),
+                         session_servers(update, policy))
+
+
+def session_servers(update: dict, policy: McpPolicy) -> tuple[ServerSpec, ...] | None:
+    """The MCP servers a session update names in its `tools` (None: it gives no tools)."""
+    if "tools" not in update:
+        return None
+    specs = []
+    for n, entry in enumerate(update["tools"]):
+        if isinstance(entry, dict) and entry.get("type") == "mcp":
+            try:
+                specs.append(parse_server(entry, f"session.tools[{n}]", policy))
+            except ValueError as e:
+                raise ClientError(str(e), "invalid_session_update", str(e).split(":")[0]) from None
+    if len({spec.label for spec in specs}) != len(specs):
+        raise ClientError("session.tools: MCP server labels must be unique", "invalid_session_update",
+                          "session.tools")
+    return tuple(specs)
 
 
 def audio_input(update: dict) -> dict:

@@ -3,6 +3,8 @@ Realtime dialect and the replicas' proxy all send through these."""
 
 from typing import Any
 
+from voicepipe.constrained.tools import FunctionCall
+from voicepipe.mcp_servers.toolbox import ToolResult
 from voicepipe.protocol.names import ServerEvent
 
 
@@ -95,6 +97,64 @@ def call_done(response_id: str, item_id: str, call_id: str, name: str, arguments
              "call_id": call_id, "name": name, "arguments": arguments},
             {"type": ServerEvent.ITEM_DONE, "response_id": response_id,
              "item": function_call_item(item_id, call_id, name, arguments)}]
+
+
+def mcp_call_item(item_id: str, call: FunctionCall, result: ToolResult | None = None,
+                  approval_request_id: str | None = None) -> dict:
+    """A call the server runs on an MCP server: its output or error once it has run."""
+    return {"id": item_id, "type": "mcp_call", "server_label": call.server, "name": call.name,
+            "arguments": call.arguments, "approval_request_id": approval_request_id,
+            "output": None if result is None else result.output, "error": None if result is None else result.error}
+
+
+def approval_request_item(item_id: str, call: FunctionCall) -> dict:
+    return {"id": item_id, "type": "mcp_approval_request", "server_label": call.server, "name": call.name,
+            "arguments": call.arguments}
+
+
+def mcp_call_started(response_id: str, item_id: str, call: FunctionCall, approval_request_id: str | None = None
+                     ) -> dict:
+    return {"type": ServerEvent.ITEM_ADDED, "response_id": response_id,
+            "item": mcp_call_item(item_id, call, approval_request_id=approval_request_id)}
+
+
+def mcp_arguments(response_id: str, item_id: str, delta: str) -> dict:
+    return {"type": ServerEvent.MCP_ARGUMENTS_DELTA, "response_id": response_id, "item_id": item_id, "delta": delta}
+
+
+def mcp_call_running(response_id: str, item_id: str, arguments: str) -> list[dict]:
+    """The call's arguments are complete and the server is running it."""
+    return [{"type": ServerEvent.MCP_ARGUMENTS_DONE, "response_id": response_id, "item_id": item_id,
+             "arguments": arguments},
+            {"type": ServerEvent.MCP_CALL_IN_PROGRESS, "response_id": response_id, "item_id": item_id}]
+
+
+def mcp_call_ended(response_id: str, item_id: str, call: FunctionCall, result: ToolResult,
+                   approval_request_id: str | None = None) -> list[dict]:
+    kind = ServerEvent.MCP_CALL_COMPLETED if result.error is None else ServerEvent.MCP_CALL_FAILED
+    return [{"type": kind, "response_id": response_id, "item_id": item_id},
+            {"type": ServerEvent.ITEM_DONE, "response_id": response_id,
+             "item": mcp_call_item(item_id, call, result, approval_request_id)}]
+
+
+def approval_requested(response_id: str, item_id: str, call: FunctionCall) -> list[dict]:
+    """A call that waits for the client's `mcp_approval_response` before the server runs it."""
+    item = approval_request_item(item_id, call)
+    return [{"type": ServerEvent.ITEM_ADDED, "response_id": response_id, "item": item},
+            {"type": ServerEvent.ITEM_DONE, "response_id": response_id, "item": item}]
+
+
+def mcp_listing(item_id: str, label: str, described: tuple[dict, ...] | None, failure: str | None = None
+                ) -> list[dict]:
+    """A session's MCP server is being listed (`described` None), or its listing ended."""
+    item = {"id": item_id, "type": "mcp_list_tools", "server_label": label, "tools": list(described or ())}
+    if described is None and failure is None:
+        return [{"type": ServerEvent.MCP_LIST_IN_PROGRESS, "item_id": item_id},
+                {"type": ServerEvent.ITEM_ADDED, "item": item}]
+    if failure is not None:
+        return [{"type": ServerEvent.MCP_LIST_FAILED, "item_id": item_id},
+                error("mcp_list_tools_failed", failure, param="session.tools")]
+    return [{"type": ServerEvent.ITEM_DONE, "item": item}, {"type": ServerEvent.MCP_LIST_COMPLETED, "item_id": item_id}]
 
 
 def item_deleted(item_id: str) -> dict:

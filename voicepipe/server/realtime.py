@@ -41,6 +41,10 @@ BETA_NAMES = {"response.output_audio.delta": "response.audio.delta",
               "response.output_text.delta": "response.text.delta",
               "response.output_text.done": "response.text.done",
               "conversation.item.added": "conversation.item.created"}
+# A response's events about one of its calls, which carry its output index.
+CALL_EVENTS = (ServerEvent.ITEM_ADDED, ServerEvent.ITEM_DONE, ServerEvent.CALL_ARGUMENTS_DELTA,
+               ServerEvent.CALL_ARGUMENTS_DONE, ServerEvent.MCP_ARGUMENTS_DELTA, ServerEvent.MCP_ARGUMENTS_DONE,
+               ServerEvent.MCP_CALL_IN_PROGRESS, ServerEvent.MCP_CALL_COMPLETED, ServerEvent.MCP_CALL_FAILED)
 
 
 class RealtimeDialect:
@@ -159,8 +163,7 @@ class RealtimeDialect:
                     {"type": "conversation.item.added", "previous_item_id": previous, "item": item}]
         if kind == ServerEvent.ITEM_DELETED:
             self._items.pop(event["item_id"], None)
-        if "response_id" in event and kind in (ServerEvent.ITEM_ADDED, ServerEvent.ITEM_DONE,
-                                               ServerEvent.CALL_ARGUMENTS_DELTA, ServerEvent.CALL_ARGUMENTS_DONE):
+        if "response_id" in event and kind in CALL_EVENTS:
             return self._call(event)
         if kind == ServerEvent.ITEM_ADDED:
             return [{**event, "previous_item_id": self._follows(event["item"]["id"])}]
@@ -212,8 +215,8 @@ class RealtimeDialect:
                 {"type": "response.content_part.added", **where, "part": self._part(spoken, "")}]
 
     def _call(self, event: dict) -> list[dict]:
-        """A reply's function call: its output item (after the reply's message, at output index 1 on), its
-        arguments as they stream, and the item done."""
+        """A reply's call (a function call, an MCP call or its approval request): its output item (after the
+        reply's message, at output index 1 on), its arguments as they stream, its progress, the item done."""
         response = self._responses.get(event["response_id"])
         if response is None:
             return []
@@ -222,10 +225,13 @@ class RealtimeDialect:
             calls.append(event["item"]["id"])
         item_id = event["item"]["id"] if "item" in event else event["item_id"]
         where = {"response_id": event["response_id"], "output_index": 1 + calls.index(item_id)}
-        if kind in (ServerEvent.CALL_ARGUMENTS_DELTA, ServerEvent.CALL_ARGUMENTS_DONE):
+        if kind not in (ServerEvent.ITEM_ADDED, ServerEvent.ITEM_DONE):
             shown = {k: v for k, v in event.items() if not (self.beta and k == "name")}  # the beta's has none
-            return [{**shown, **where}]
-        item = {**event["item"], "object": "realtime.item"}
+            shown = {**shown, **where}
+            if kind in (ServerEvent.MCP_CALL_IN_PROGRESS, ServerEvent.MCP_CALL_COMPLETED, ServerEvent.MCP_CALL_FAILED):
+                del shown["response_id"]  # these name the item alone
+            return [shown]
+        item = _realtime_item(event["item"])
         if kind == ServerEvent.ITEM_ADDED:
             added = {"type": "conversation.item.added", "previous_item_id": self._follows(item_id), "item": item}
             return [{"type": "response.output_item.added", **where, "item": item},
@@ -296,7 +302,7 @@ class RealtimeDialect:
         transcript = native["output"][0]["text"] if native.get("output") else said
         status = "completed" if native["status"] == "completed" else "incomplete"
         item = _assistant_item(where["item_id"], status, transcript, self._item_part(spoken))
-        calls = [{**call, "object": "realtime.item"} for call in native.get("output", [])[1:]]
+        calls = [_realtime_item(call) for call in native.get("output", [])[1:]]
         body = self._response(native["id"], native["status"], [item, *calls], native.get("usage"), spoken)
         body.update({k: native[k] for k in ("status_details", "timings", "waterfall", "deadline_met", "underruns")
                      if k in native})
@@ -309,6 +315,12 @@ class RealtimeDialect:
                 {"type": "response.output_item.done", "response_id": native["id"], "output_index": 0, "item": item},
                 *item_done,
                 {"type": "response.done", "response": body}]
+
+
+def _realtime_item(item: dict) -> dict:
+    """A call's item as the Realtime API shapes it (a function call's says what object it is; MCP items
+    do not)."""
+    return {**item, "object": "realtime.item"} if item["type"] == "function_call" else item
 
 
 def _beta_item(item: dict) -> dict:

@@ -32,6 +32,7 @@ async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.s
     `settings.drain_s` to finish, then the calls are closed and the engine stopped (its process joined)
     while this event loop still runs, so the aborts of their requests find a loop to report to.
     """
+    runtime.mcp = settings.mcp()
     server = VoiceServer(runtime, settings.limits(), settings.call_config(), settings.security())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -23,6 +23,7 @@ from voicepipe.backends.loading import DEVICES, PRECISIONS
 from voicepipe.backends.tts_select import TTS_CHOICES
 from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.call.limits import Limits
+from voicepipe.mcp_servers.spec import McpPolicy
 from voicepipe.server.listen import is_loopback
 from voicepipe.server.security import Security
 
@@ -62,6 +63,11 @@ class ServeSettings:
     echo_cancellation: bool = True  # each call's default; a client with its own canceller turns it off
     noise_reduction: str = "off"  # off, near_field or far_field: each call's default
     drain_s: float = 30.0  # after SIGTERM, how long running replies may take to finish
+    # MCP servers calls may use: LABEL=URL or LABEL=stdio:COMMAND (named by label alone), the URL prefixes a
+    # session may name itself, and how long one tool call may take.
+    mcp_servers: tuple[str, ...] = ()
+    mcp_allow_urls: tuple[str, ...] = ()
+    mcp_timeout: float = 10.0
     replicas: int = 0  # 0: one process; N: N replicas on Ray Serve (voicepipe.cluster)
     ray_address: str | None = None  # an existing Ray cluster to deploy on; None: start one on this machine
     # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
@@ -89,6 +95,9 @@ class ServeSettings:
         """Who may use the server: the key, the other origins allowed, and (on a loopback bind) the check
         of the Host header."""
         return Security(self.api_key, frozenset(self.allow_origins), loopback_only=self.loopback)
+
+    def mcp(self) -> McpPolicy:
+        return McpPolicy.from_flags(list(self.mcp_servers), list(self.mcp_allow_urls), self.mcp_timeout)
 
     @property
     def loopback(self) -> bool:
@@ -139,6 +148,13 @@ def _origins(value: tuple[str, ...]) -> None:
             raise SettingsError(f"{origin!r} is not an origin like https://example.com or http://host:8080")
 
 
+def _mcp_servers(value: tuple[str, ...]) -> None:
+    try:
+        McpPolicy.from_flags(list(value), [])
+    except ValueError as e:
+        raise SettingsError(str(e).removeprefix("--mcp-server ")) from None
+
+
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], None]:
     def check(value: str) -> None:
         if value not in choices:
@@ -163,7 +179,8 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "max_batch_tokens": _knob("max_batch_tokens"), "max_batch_seqs": _knob("max_batch_seqs"),
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
-    "replicas": _not_negative, "ray_address": _not_empty,
+    "replicas": _not_negative, "ray_address": _not_empty, "mcp_servers": _mcp_servers,
+    "mcp_allow_urls": _origins, "mcp_timeout": _positive,
     "noise_reduction": _one_of(("off", "near_field", "far_field")),
     "policy": _one_of(call_policies()), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,

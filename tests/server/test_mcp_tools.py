@@ -1,0 +1,253 @@
+"""Tools the server runs on MCP servers, over the fake engine and a real MCP server (the official `mcp`
+SDK's, in a subprocess), through the `openai` SDK's Realtime client: the session names the server, the
+server lists its tools (OpenAI's `mcp_list_tools` item), the model's call runs on it and the reply goes on
+with its result in the same response; approvals, tool errors, timeouts and the operator's allow-list."""
+
+import asyncio
+import json
+import sys
+import time
+
+import openai
+import pytest
+import pytest_asyncio
+from support.fake_call import fake_server, read_until
+from support.mcp_launch import SERVER, free_port, serve_http
+from support.realtime_types import GA_EVENTS, violations
+from websockets.asyncio.client import connect as connect_ws
+
+from voicepipe.call.limits import Limits
+from voicepipe.constrained import tools
+from voicepipe.mcp_servers import McpPolicy
+from voicepipe.pipeline.idle_reply import FILLER
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+DEAD = f"http://127.0.0.1:{free_port()}/mcp"  # allowed, and nothing listens there
+FORECAST = tools.call_text("forecast", '{"city": "Paris"}')
+REPLIES = {"Book a table.": tools.call_text("book_table", '{"city": "Rome", "people": 2}'),
+           "Is the service up?": tools.call_text("broken", '{"city": "Oslo"}'),
+           "And in Lima?": tools.call_text("slow_forecast", '{"city": "Lima"}'),
+           "And in Quito?": tools.call_text("slow_forecast", '{"city": "Quito", "seconds": 1.5}'),
+           FILLER: "Checking the forecast now."}
+
+
+def mcp_tool(url: str, **fields) -> dict:
+    return {"type": "mcp", "server_label": "weather", "server_url": url, "require_approval": "never", **fields}
+
+
+async def connect(server, url: str, **fields):
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused",
+                                websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+    connection = await client.realtime.connect(model="voicepipe").enter()
+    await connection.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                             "tools": [mcp_tool(url, **fields)]})
+    return connection
+
+
+async def ask(connection, text: str) -> tuple[object, list]:
+    await connection.conversation.item.create(item={"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": text}]})
+    await connection.response.create()
+    seen: list = []
+    return await read_until(connection, "response.done", seen), seen
+
+
+@pytest.fixture(scope="module")
+def weather():
+    with serve_http() as url:
+        yield url
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def served(weather):
+    async with fake_server(Limits(), reply=FORECAST, replies=REPLIES,
+                           mcp=McpPolicy(allowed_urls=(weather, DEAD), call_timeout_s=3.0)) as served:
+        yield served
+
+
+async def test_a_session_s_mcp_server_is_listed_called_and_the_reply_goes_on_with_its_result(served, weather):
+    server, engine = served
+    connection = await connect(server, weather, allowed_tools=["forecast", "slow_forecast", "broken"])
+    try:
+        seen: list = []
+        listed = await read_until(connection, "mcp_list_tools.completed", seen)
+        item = next(e.item for e in seen if e.type == "conversation.item.done" and e.item.type == "mcp_list_tools")
+        assert item.id == listed.item_id and {t.name for t in item.tools} == {"forecast", "slow_forecast", "broken"}
+        started = time.monotonic()
+        done, seen = await ask(connection, "Will it rain in Paris tomorrow?")
+        kinds = [e.type for e in seen]
+        for kind in ("response.mcp_call_arguments.done", "response.mcp_call.in_progress",
+                     "response.mcp_call.completed"):
+            assert kind in kinds
+        assert kinds.index("response.mcp_call.completed") < kinds.index("response.done")
+        call = next(o for o in done.response.output if o.type == "mcp_call")
+        assert (call.name, call.server_label, json.loads(call.arguments)) == ("forecast", "weather", {"city": "Paris"})
+        assert call.output == "Sunny in Paris, 21 degrees." and call.error is None
+        message = next(o for o in done.response.output if o.type == "message")
+        assert message.content[0].text.startswith("The answer is Sunny in Paris, 21 degrees")  # no round trip
+        assert not any(e.type == "response.function_call_arguments.done" for e in seen)
+        assert time.monotonic() - started < 5
+        said = [engine.tokenizer.strings[i] for i in engine.requests[-1].prompt]
+        assert f"assistant: {FORECAST}" in said and "tool: Sunny in Paris, 21 degrees." in said
+        assert any('"name": "forecast"' in engine.tokenizer.strings[i] for i in engine.requests[0].prompt) or \
+            any('"name": "forecast"' in s for s in said)  # the listed tool is offered to the model
+    finally:
+        await connection.close()
+
+
+async def test_a_call_that_needs_approval_runs_once_the_client_approves_and_the_reply_follows(served, weather):
+    server, engine = served
+    connection = await connect(server, weather, require_approval={"never": {"read_only": True}})
+    try:
+        await read_until(connection, "mcp_list_tools.completed", [])
+        done, seen = await ask(connection, "Book a table.")
+        request = next(o for o in done.response.output if o.type == "mcp_approval_request")
+        assert (request.name, json.loads(request.arguments)) == ("book_table", {"city": "Rome", "people": 2})
+        assert not any(e.type.startswith("response.mcp_call") for e in seen)  # nothing ran
+        await connection.conversation.item.create(item={"type": "mcp_approval_response",
+                                                        "approval_request_id": request.id, "approve": True})
+        seen = []
+        done = await read_until(connection, "response.done", seen)
+        call = next(o for o in done.response.output if o.type == "mcp_call")
+        assert call.approval_request_id == request.id and call.output == "Booked a table for 2 in Rome."
+        assert next(o for o in done.response.output if o.type == "message").content[0].text.startswith(
+            "The answer is Booked a table")
+        # A read-only tool needs none (`never` picks it).
+        done, _ = await ask(connection, "Will it rain in Paris tomorrow?")
+        assert next(o for o in done.response.output if o.type == "mcp_call").output.startswith("Sunny")
+    finally:
+        await connection.close()
+
+
+async def test_a_declined_call_never_runs_and_the_model_hears_it_was_declined(served, weather):
+    server, engine = served
+    connection = await connect(server, weather, require_approval="always")
+    try:
+        await read_until(connection, "mcp_list_tools.completed", [])
+        done, _ = await ask(connection, "Book a table.")
+        request = next(o for o in done.response.output if o.type == "mcp_approval_request")
+        await connection.conversation.item.create(item={"type": "mcp_approval_response",
+                                                        "approval_request_id": request.id, "approve": False})
+        seen: list = []
+        done = await read_until(connection, "response.done", seen)
+        assert not any(o.type == "mcp_call" for o in done.response.output)
+        said = [engine.tokenizer.strings[i] for i in engine.requests[-1].prompt]
+        assert any(s.startswith("tool: The caller declined the call to book_table") for s in said)
+        await connection.conversation.item.create(item={"type": "mcp_approval_response",
+                                                        "approval_request_id": request.id, "approve": True})
+        error = await read_until(connection, "error", [])
+        assert error.error.code == "item_not_found"  # answered once only
+    finally:
+        await connection.close()
+
+
+async def test_a_failing_tool_and_a_slow_one_end_in_an_answer_that_says_so_and_the_call_goes_on(served, weather):
+    server, engine = served
+    connection = await connect(server, weather)
+    try:
+        await read_until(connection, "mcp_list_tools.completed", [])
+        for question, expected in (("Is the service up?", "Error executing tool broken"),
+                                   ("And in Lima?", "slow_forecast took longer than 3 s")):
+            started = time.monotonic()
+            done, seen = await ask(connection, question)
+            call = next(o for o in done.response.output if o.type == "mcp_call")
+            assert call.output is None and expected in call.error.message
+            assert "response.mcp_call.failed" in [e.type for e in seen]
+            assert next(o for o in done.response.output if o.type == "message").content[0].text.startswith(
+                "The answer is The tool failed")
+            assert time.monotonic() - started < 5
+        done, _ = await ask(connection, "Will it rain in Paris tomorrow?")  # the server still answers
+        assert next(o for o in done.response.output if o.type == "mcp_call").output.startswith("Sunny")
+    finally:
+        await connection.close()
+
+
+async def test_a_slow_tool_gets_a_spoken_filler_before_its_answer_in_the_same_response(served, weather):
+    server, engine = served
+    connection = await connect(server, weather)
+    await connection.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
+    try:
+        await read_until(connection, "mcp_list_tools.completed", [])
+        started = time.monotonic()
+        done, seen = await ask(connection, "And in Quito?")
+        kinds = [e.type for e in seen]
+        transcript = "".join(e.delta for e in seen if e.type == "response.output_audio_transcript.delta")
+        assert transcript.startswith("Checking the forecast now. The answer is Rain in Quito")
+        first_audio = kinds.index("response.output_audio.delta")
+        assert first_audio < kinds.index("response.mcp_call.completed")  # heard while the tool ran
+        assert next(o for o in done.response.output if o.type == "mcp_call").output == "Rain in Quito."
+        assert time.monotonic() - started >= 1.5
+    finally:
+        await connection.close()
+
+
+async def test_a_server_off_the_allow_list_is_refused_and_a_dead_one_fails_its_listing_alone(served, weather):
+    server, engine = served
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused",
+                                websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+    async with client.realtime.connect(model="voicepipe") as connection:
+        await connection.session.update(session={"type": "realtime", "tools": [
+            mcp_tool("http://169.254.169.254/latest/meta-data")]})
+        error = await read_until(connection, "error", [])
+        assert error.error.code == "invalid_session_update" and "allow-list" in error.error.message
+        assert error.error.param == "session.tools[0].server_url"
+        await connection.session.update(session={"type": "realtime", "tools": [
+            mcp_tool(DEAD)]})
+        seen: list = []
+        await read_until(connection, "mcp_list_tools.failed", seen)
+        error = await read_until(connection, "error", seen)
+        assert error.error.code == "mcp_list_tools_failed"
+        done, _ = await ask(connection, "Will it rain in Paris tomorrow?")  # no tools: the call text is spoken
+        assert done.response.status == "completed"
+
+
+async def test_an_operator_s_stdio_server_is_named_by_its_label_alone(weather):
+    policy = McpPolicy.from_flags([f"weather=stdio:{sys.executable} {' '.join(SERVER)} stdio"], [])
+    async with fake_server(Limits(), reply=FORECAST, mcp=policy) as (server, engine):
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused",
+                                    websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+        async with client.realtime.connect(model="voicepipe") as connection:
+            await connection.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                                     "tools": [{"type": "mcp", "server_label": "weather"}]})
+            updated = await read_until(connection, "session.updated", [])
+            assert updated.session.tools[0].server_label == "weather"
+            await read_until(connection, "mcp_list_tools.completed", [])
+            done, _ = await ask(connection, "Will it rain in Paris tomorrow?")
+            assert next(o for o in done.response.output if o.type == "mcp_call").output.startswith("Sunny")
+
+
+async def test_every_mcp_event_and_item_matches_the_openai_types(served, weather):
+    """Listing, a call with its result, a failed call, an approval request and the approved call, as raw
+    events against the `openai` package's Realtime types (no undeclared field)."""
+    server, _ = served
+    async with connect_ws(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
+        events: list[dict] = []
+
+        async def until(kind: str) -> dict:
+            while True:
+                events.append(json.loads(await asyncio.wait_for(ws.recv(), 20)))
+                if events[-1]["type"] == kind:
+                    return events[-1]
+
+        async def ask(text: str) -> dict:
+            await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}))
+            await ws.send(json.dumps({"type": "response.create"}))
+            return await until("response.done")
+
+        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "tools": [
+            mcp_tool(weather, require_approval={"always": {"tool_names": ["book_table"]}})]}}))
+        await until("mcp_list_tools.completed")
+        await ask("Will it rain in Paris tomorrow?")
+        await ask("Is the service up?")
+        done = await ask("Book a table.")
+        request = next(o for o in done["response"]["output"] if o["type"] == "mcp_approval_request")
+        await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}}))
+        await until("response.done")
+    kinds = {e["type"] for e in events}
+    assert {"mcp_list_tools.in_progress", "mcp_list_tools.completed", "response.mcp_call_arguments.delta",
+            "response.mcp_call_arguments.done", "response.mcp_call.in_progress", "response.mcp_call.completed",
+            "response.mcp_call.failed"} <= kinds
+    wrong = [v for event in events for v in violations(event, GA_EVENTS)]
+    assert not wrong, "\n".join(wrong)
