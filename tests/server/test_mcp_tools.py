@@ -12,10 +12,10 @@ import openai
 import pytest
 import pytest_asyncio
 from support.fake_call import fake_server, read_until
-from support.mcp_launch import SERVER, free_port, serve_http
 from support.realtime_types import GA_EVENTS, violations
 from websockets.asyncio.client import connect as connect_ws
 
+from voicepipe.bench.mcp_server import SERVER, free_port, serve_http
 from voicepipe.call.limits import Limits
 from voicepipe.constrained import tools
 from voicepipe.mcp_servers import McpPolicy
@@ -27,7 +27,7 @@ FORECAST = tools.call_text("forecast", '{"city": "Paris"}')
 REPLIES = {"Book a table.": tools.call_text("book_table", '{"city": "Rome", "people": 2}'),
            "Is the service up?": tools.call_text("broken", '{"city": "Oslo"}'),
            "And in Lima?": tools.call_text("slow_forecast", '{"city": "Lima"}'),
-           "And in Quito?": tools.call_text("slow_forecast", '{"city": "Quito", "seconds": 1.5}'),
+           "And in Quito?": tools.call_text("slow_forecast", '{"city": "Quito"}'),
            FILLER: "Checking the forecast now."}
 
 
@@ -54,7 +54,7 @@ async def ask(connection, text: str) -> tuple[object, list]:
 
 @pytest.fixture(scope="module")
 def weather():
-    with serve_http() as url:
+    with serve_http(slow_s=1.5) as url:
         yield url
 
 
@@ -141,25 +141,26 @@ async def test_a_declined_call_never_runs_and_the_model_hears_it_was_declined(se
         await connection.close()
 
 
-async def test_a_failing_tool_and_a_slow_one_end_in_an_answer_that_says_so_and_the_call_goes_on(served, weather):
-    server, engine = served
-    connection = await connect(server, weather)
-    try:
-        await read_until(connection, "mcp_list_tools.completed", [])
-        for question, expected in (("Is the service up?", "Error executing tool broken"),
-                                   ("And in Lima?", "slow_forecast took longer than 3 s")):
-            started = time.monotonic()
-            done, seen = await ask(connection, question)
-            call = next(o for o in done.response.output if o.type == "mcp_call")
-            assert call.output is None and expected in call.error.message
-            assert "response.mcp_call.failed" in [e.type for e in seen]
-            assert next(o for o in done.response.output if o.type == "message").content[0].text.startswith(
-                "The answer is The tool failed")
-            assert time.monotonic() - started < 5
-        done, _ = await ask(connection, "Will it rain in Paris tomorrow?")  # the server still answers
-        assert next(o for o in done.response.output if o.type == "mcp_call").output.startswith("Sunny")
-    finally:
-        await connection.close()
+async def test_a_failing_tool_and_a_slow_one_end_in_an_answer_that_says_so_and_the_call_goes_on(weather):
+    policy = McpPolicy(allowed_urls=(weather,), call_timeout_s=0.5)
+    async with fake_server(Limits(), reply=FORECAST, replies=REPLIES, mcp=policy) as (server, engine):
+        connection = await connect(server, weather)
+        try:
+            await read_until(connection, "mcp_list_tools.completed", [])
+            for question, expected in (("Is the service up?", "the weather service is down"),
+                                       ("And in Lima?", "slow_forecast took longer than 0.5 s")):
+                started = time.monotonic()
+                done, seen = await ask(connection, question)
+                call = next(o for o in done.response.output if o.type == "mcp_call")
+                assert call.output is None and expected in call.error.message
+                assert "response.mcp_call.failed" in [e.type for e in seen]
+                assert next(o for o in done.response.output if o.type == "message").content[0].text.startswith(
+                    "The answer is The tool failed")
+                assert time.monotonic() - started < 1.5  # within the timeout, not the tool's 1.5 s
+            done, _ = await ask(connection, "Will it rain in Paris tomorrow?")  # the server still answers
+            assert next(o for o in done.response.output if o.type == "mcp_call").output.startswith("Sunny")
+        finally:
+            await connection.close()
 
 
 async def test_a_slow_tool_gets_a_spoken_filler_before_its_answer_in_the_same_response(served, weather):

@@ -303,6 +303,40 @@ def run_room_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_tools_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tries", type=int, default=3, help="questions per tool (default 3)")
+    parser.add_argument("--slow-seconds", dest="slow_s", type=float, default=3.0,
+                        help="how long the slow tool takes (default 3)")
+    add_json_argument(parser)
+    add_llm_model_arguments(parser)
+
+
+def run_tools_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from voicepipe.backends.loading import ModelOptions
+    from voicepipe.backends.tts_piper import PiperTTS
+    from voicepipe.bench.tools import bench_tools, print_tools
+
+    options = ModelOptions.pick(vars(args))
+
+    async def run() -> dict:
+        from voicepipe.call.runtime import Runtime
+
+        runtime = await Runtime.spawn(options)
+        try:
+            return await bench_tools(runtime, PiperTTS(), args.tries, args.slow_s)
+        finally:
+            await runtime.close()
+
+    report = asyncio.run(run())
+    report["machine"] = machine()
+    print_tools(report)
+    if args.json:
+        save(report, args.json)
+    return 0
+
+
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_subparsers(dest="bench", required=True, metavar="WHAT")
     versus = " vs ".join(call_policies())
@@ -322,6 +356,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                                       "thread and in its own process"),
         (add_room_arguments, "room", "a speakerphone caller in synthetic rooms (echo, noise), the audio front end "
                                      "on and off"),
+        (add_tools_arguments, "tools", "tools the server runs on the sample MCP server, spoken to in real time: "
+                                       "the server's own time per call, a slow tool's filler and answer"),
         (add_soak_arguments, "soak", "calls, text, tools, structured outputs, hostile clients and schemas together "
                                      "for N minutes: what server and engine hold at start and end, on-time rate"),
     ]
@@ -335,5 +371,5 @@ def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
             "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
             "turns": run_turns_bench, "grammar": run_grammar_bench, "soak": run_soak_bench,
-            "decode": run_decode_bench, "room": run_room_bench}
+            "decode": run_decode_bench, "room": run_room_bench, "tools": run_tools_bench}
     return runs[args.bench](args)

@@ -59,6 +59,9 @@ class McpPolicy:
     allowed_urls: tuple[str, ...] = ()
     list_timeout_s: float = 5.0
     call_timeout_s: float = 10.0
+    # Each tool's learnt time (seconds, by server and tool), shared by every call: a slow tool's first call
+    # in a new call is kept company at once.
+    times: dict[str, float] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_flags(cls, servers: list[str], allowed_urls: list[str], call_timeout_s: float = 10.0) -> "McpPolicy":

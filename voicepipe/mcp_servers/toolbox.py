@@ -88,6 +88,14 @@ class Toolbox:
         self._servers[spec.label] = (connection, read_only)
         return Listed(spec.label, tuple(tools), tuple(described))
 
+    def timing_key(self, call: FunctionCall) -> str:
+        """The name `call`'s tool is timed under, in the policy's `times`: the same tool of the same server
+        in every call."""
+        held = self._servers.get(call.server)
+        spec = held[0].spec if held is not None else None
+        where = spec.url or " ".join(spec.command) if spec is not None else call.server
+        return f"{where}#{call.name}"
+
     def needs_approval(self, call: FunctionCall) -> bool:
         held = self._servers.get(call.server)
         return held is not None and held[0].spec.needs_approval(call.name, held[1].get(call.name, False))

@@ -65,8 +65,7 @@ class LLMStage(Stage):
         self.writer = ReplyWriter(engine, tokenizer, conversation, config, self.emit, toolbox)
         self.items = Items(conversation, self.emit)
         self.tool_wait = ToolWait()
-        self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made,
-                                 self.tool_wait)
+        self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made)
         self._filler: asyncio.Task | None = None  # says a few words if the functions' results are slow
         self._filling: Turn | None = None  # the filler reply, which the answer may cut short
         self._primed = False

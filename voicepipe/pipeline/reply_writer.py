@@ -49,7 +49,8 @@ class ReplyRequest:
     # A call the client has just approved (or declined: False), run before the reply is written: (the
     # approval request's id, the call, approved).
     approved: tuple[str, FunctionCall, bool] | None = None
-    after_calls: bool = False  # goes on after its calls' results: a call may follow, but need not
+    after_calls: bool = False  # the answer after its calls' results: in plain words (no call after a call)
+    request_id: str | None = None  # None: the turn's (a filler beside the turn's own request has its own)
 
 
 class ReplyWriter:
@@ -61,23 +62,23 @@ class ReplyWriter:
         self.emit, self.toolbox = emit, toolbox
 
     async def write(self, turn: Turn, reply: Reply, request: ReplyRequest, deadline: float,
-                    probed: Callable[[float], None], called: Callable[[], None]) -> None:
+                    probed: Callable[[float], None], called: Callable[[], None],
+                    calling: Callable[[FunctionCall], None] | None = None) -> None:
         """The stream of `turn`'s request until it ends; `probed` hears the end-of-turn probability its
-        prefill read, `called` each function call it completes."""
+        prefill read, `called` each call of the client's it completes, `calling` each call it begins."""
         offered = (*self.config.tools, *self.config.server_tools)
         callable_, choice = request.tools or (offered, tools.choose(list(offered), self.config.tool_choice))
-        if request.after_calls and choice is not None:
-            choice = "auto"  # "required" or a named tool held for the first call; the answer may be words
         # With tools and none to call ("none"), the model still copied the call format from the conversation
         # into words the caller would hear: such a reply is held to plain words too.
-        plain = request.words_only or (bool(callable_) and choice is None)
+        # After a call's result too: the default model, free to call again, wrote the call format as words.
+        plain = request.words_only or request.after_calls or (bool(callable_) and choice is None)
         grammar = WORDS if plain else tools.grammar(list(callable_), choice) if choice else None
         params = SamplingParams(max_tokens=request.max_tokens, temperature=self.config.temperature, grammar=grammar)
         if request.probe_at is not None:
             params = probe_params(self.tokenizer, params, request.probe_at)
         parser = tools.FunctionCallParser({t.name: t.server for t in callable_ if t.server}) if choice else None
         stream = self.engine.generate(request.prompt, params, cls=RequestClass.REALTIME, deadline=deadline,
-                                      session=request.session, request_id=turn.request_id)
+                                      session=request.session, request_id=request.request_id or turn.request_id)
         async with aclosing(stream) as outputs:
             async for out in outputs:
                 if out.probe is not None:
@@ -89,7 +90,7 @@ class ReplyWriter:
                     pieces = [("text", out.text)] if parser is None else parser.feed(out.text)
                     if parser is not None and out.finished:
                         pieces += parser.flush()
-                    self._said(turn, reply, pieces, request.in_conversation, called)
+                    self._said(turn, reply, pieces, request.in_conversation, called, calling)
                 if out.finished and (out.finish_reason or "").startswith("error"):
                     self.emit(Error("generation_failed", out.finish_reason or "", "server_error"))
 
@@ -106,7 +107,7 @@ class ReplyWriter:
                 pass
 
     def _said(self, turn: Turn, reply: Reply, pieces: list[tuple[str, Any]], in_conversation: bool,
-              called: Callable[[], None]) -> None:
+              called: Callable[[], None], calling: Callable[[FunctionCall], None] | None) -> None:
         for kind, value in pieces:
             if kind == "text" and value:
                 reply.text += value
@@ -117,6 +118,8 @@ class ReplyWriter:
                     reply.awaiting.add(reply.calls[-1][0])  # its request is all the client sees of it
                 else:
                     self.emit(FunctionCallStarted(turn, reply.calls[-1][0], value))
+                    if calling is not None:
+                        calling(value)
             elif kind == "arguments":
                 item_id, call = reply.calls[-1]
                 if item_id not in reply.awaiting:

@@ -1,7 +1,7 @@
 """The reply in progress, one at a time: begun, paced by the TTS stage, cancelled. Its stream runs in a task
 the LLM stage owns (`ReplyWriter` writes it); the LLM stage decides which reply to begin and when. A reply
-that calls tools the server runs (on MCP servers) runs them and goes on, in the same response, once their
-results are in the conversation."""
+that calls tools the server runs (on MCP servers, `ServerCalls`) runs them and goes on, in the same
+response, once their results are in the conversation."""
 
 import asyncio
 import time
@@ -10,29 +10,22 @@ from dataclasses import replace
 
 from voicepipe.constrained.tools import FunctionCall
 from voicepipe.ids import new_id
-from voicepipe.mcp_servers.toolbox import ToolResult
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
-    FunctionCallDone,
-    FunctionCallStarted,
     Paced,
     ResponseCreated,
-    TextDelta,
     TextDone,
-    ToolRan,
     TranscriptEarly,
     TurnCancelled,
 )
-from voicepipe.pipeline.idle_reply import FILLER_MESSAGE, FILLER_TOKENS
 from voicepipe.pipeline.items import Items
 from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
+from voicepipe.pipeline.server_calls import ServerCalls
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.tool_wait import ToolWait
 from voicepipe.pipeline.turn import Mark, Reply, Turn
 from voicepipe.turns.verdicts import Probed
 
-MAX_TOOL_ROUNDS = 3  # times one reply may call the server's tools and go on
 SPECULATION_POLL_S = 0.02
 
 
@@ -42,12 +35,11 @@ class Responder:
     from it, as the same turn."""
 
     def __init__(self, stage: Stage, engine: Engine, writer: ReplyWriter, items: Items, config: CallConfig,
-                 call_id: str, on_calls: Callable[[Turn, tuple[str, ...]], None] = lambda turn, names: None,
-                 tool_wait: ToolWait | None = None) -> None:
+                 call_id: str, on_calls: Callable[[Turn, tuple[str, ...]], None] = lambda turn, names: None
+                 ) -> None:
         self.stage, self.engine, self.writer, self.items = stage, engine, writer, items
         self.on_calls = on_calls  # a reply ended calling these functions: the client runs them now
         self.config, self.call_id = config, call_id
-        self.tool_wait = tool_wait or ToolWait()  # when the caller should hear a filler while the server's tools run
         self.turn: Turn | None = None
         self.written = Reply()  # what the LLM wrote for `turn`
         self.called_for: float | None = None
@@ -111,14 +103,15 @@ class Responder:
         def called() -> None:
             self.called_for = turn.speech_end
 
-        if request.approved is not None:
-            await self._approved(turn, reply, *request.approved)
+        calls = None if self.writer.toolbox is None else ServerCalls(
+            self.writer, self.writer.toolbox, self.config, self.stage.emit, self.stage.spawn, turn, reply)
+        if request.approved is not None and calls is not None:
+            await calls.approved(*request.approved)
             request = replace(request, prompt=self._prompt(), approved=None, after_calls=True)
-        await self.writer.write(turn, reply, request, deadline, probed, called)
-        for _ in range(MAX_TOOL_ROUNDS):  # the server's calls run, and the reply goes on after their results
-            if not await self._run_calls(turn, reply, request) or reply.awaiting or not request.in_conversation:
-                break
-            self._space(turn, reply)
+        await self.writer.write(turn, reply, request, deadline, probed, called, calls and calls.calling)
+        # The server's calls run, and the reply goes on after their results (in words: one round of calls).
+        if calls is not None and await calls.run() and not reply.awaiting and request.in_conversation:
+            calls.space()
             # The model reads what it said so far (a filler) before its calls and their results, and goes on.
             self.writer.conversation.set_reply(turn.output_item_id, reply.text)
             request = replace(request, prompt=self._prompt(), probe_at=None, after_calls=True)
@@ -136,60 +129,3 @@ class Responder:
 
     def _prompt(self) -> list[int]:
         return self.writer.conversation.prompt_ids(self.config.max_prompt_tokens)
-
-    async def _run_calls(self, turn: Turn, reply: Reply, request: ReplyRequest) -> bool:
-        """Run the reply's calls to MCP servers that have not run (and need no approval): False if none. The
-        caller hears a few words meanwhile if the tools' learnt times would keep them waiting past the turn's
-        deadline (those words end before the answer begins)."""
-        due = [(item_id, call) for item_id, call in reply.calls
-               if call.server and item_id not in reply.results and item_id not in reply.awaiting]
-        if not due:
-            return False
-        while turn.speculative and not turn.cancelled:  # nothing runs for words the caller may not say
-            await asyncio.sleep(SPECULATION_POLL_S)
-        delay = self.tool_wait.called(tuple(call.name for _, call in due), time.monotonic(), turn.deadline)
-        speaking = asyncio.Event()
-        filler = self.stage.spawn(self._fill(turn, reply, request, delay, speaking)) if turn.spoken else None
-        for item_id, call in due:
-            self._ran(turn, reply, item_id, call, await self.writer.toolbox.run(call))
-        self.tool_wait.answered(time.monotonic())
-        if filler is not None:
-            if speaking.is_set():
-                await filler
-            else:
-                filler.cancel()
-        return True
-
-    async def _fill(self, turn: Turn, reply: Reply, request: ReplyRequest, delay: float, speaking: asyncio.Event
-                    ) -> None:
-        await asyncio.sleep(delay)
-        speaking.set()
-        self._space(turn, reply)
-        prompt = self.writer.conversation.prompt_ids(self.config.max_prompt_tokens, FILLER_MESSAGE)
-        words = ReplyRequest(prompt, request.session, FILLER_TOKENS, tools=((), None), words_only=True)
-        await self.writer.write(turn, reply, words, turn.deadline, lambda probability: None, lambda: None)
-        self._space(turn, reply)  # its last sentence is complete: it is spoken now, not with the answer
-
-    def _space(self, turn: Turn, reply: Reply) -> None:
-        """A space between what the reply said and what it says next, after a pause for a tool."""
-        if reply.text and not reply.text[-1].isspace():
-            reply.text += " "
-            self.stage.emit(TextDelta(turn, " "))
-
-    async def _approved(self, turn: Turn, reply: Reply, request_id: str, call: FunctionCall, approve: bool) -> None:
-        """The client answered an approval request: run the call, or tell the model it was declined."""
-        if not approve:
-            self.writer.conversation.add("tool", f"The caller declined the call to {call.name}; it did not run.")
-            return
-        item_id = new_id("item")
-        reply.calls.append((item_id, call))
-        reply.approved[item_id] = request_id
-        self.stage.emit(FunctionCallStarted(turn, item_id, call))
-        self.stage.emit(FunctionCallDone(turn, item_id, call))
-        self._ran(turn, reply, item_id, call, await self.writer.toolbox.run(call), request_id)
-
-    def _ran(self, turn: Turn, reply: Reply, item_id: str, call: FunctionCall, result: ToolResult,
-             approval_request_id: str | None = None) -> None:
-        reply.results[item_id] = result
-        self.writer.conversation.add("tool", result.text)
-        self.stage.emit(ToolRan(turn, item_id, call, result, approval_request_id))

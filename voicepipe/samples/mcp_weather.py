@@ -1,5 +1,5 @@
 """A small MCP server to try the tools the server runs (and the one the tests run), on the official `mcp`
-SDK: `python -m voicepipe.samples.mcp_weather http PORT` serves streamable HTTP on 127.0.0.1:PORT/mcp,
+SDK: `python -m voicepipe.samples.mcp_weather http PORT [SLOW_S]` serves streamable HTTP on 127.0.0.1:PORT/mcp,
 `python -m voicepipe.samples.mcp_weather stdio` speaks over stdin/stdout. Its weather is made up; one tool
 is slow and one always fails, to hear what a caller hears then."""
 
@@ -7,9 +7,11 @@ import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 app = MCPServer("weather")
+SLOW_S = float(sys.argv[3]) if len(sys.argv) > 3 else 3.0  # how long slow_forecast takes
 
 
 @app.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -25,16 +27,16 @@ def book_table(city: str, people: int) -> str:
 
 
 @app.tool()
-def slow_forecast(city: str, seconds: float = 6.0) -> str:
+def slow_forecast(city: str) -> str:
     """Tomorrow's weather, from a slow service."""
-    time.sleep(seconds)
+    time.sleep(SLOW_S)
     return f"Rain in {city}."
 
 
 @app.tool()
 def broken(city: str) -> str:
     """A tool whose service is down."""
-    raise RuntimeError("the weather service is down")
+    raise ToolError("the weather service is down")
 
 
 if __name__ == "__main__":

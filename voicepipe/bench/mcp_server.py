@@ -1,5 +1,5 @@
 """The sample MCP server (`voicepipe.samples.mcp_weather`) started in a process of its own, over streamable
-HTTP."""
+HTTP on a free loopback port: for the tools bench and the tests."""
 
 import socket
 import subprocess
@@ -18,10 +18,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_http(timeout_s: float = 30.0) -> Iterator[str]:
-    """The server's URL, once it accepts connections; it is stopped on leaving."""
+def serve_http(slow_s: float = 3.0, timeout_s: float = 30.0) -> Iterator[str]:
+    """The server's URL, once it accepts connections (its slow tool taking `slow_s`); stopped on leaving."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, *SERVER, "http", str(port)], stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([sys.executable, *SERVER, "http", str(port), str(slow_s)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + timeout_s
@@ -31,7 +31,7 @@ def serve_http(timeout_s: float = 30.0) -> Iterator[str]:
                 break
             except OSError:
                 if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("the MCP test server did not start") from None
+                    raise RuntimeError("the sample MCP server did not start") from None
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
