@@ -191,7 +191,9 @@ class Engine:
             self.planner.postprocess(seq, token)
             return
         cls, now = seq.cls.name, step.ended
+        cached = None
         if seq.first_token_at is None:
+            cached = seq.reused
             step.first_tokens.append((cls, now - seq.arrival))
             seq.first_token_at = now
             probe = seq.probe if seq.params.probe_at is not None else probe
@@ -201,7 +203,7 @@ class Engine:
         step.generated[cls] = step.generated.get(cls, 0) + 1
         complete = self.constraints.accept(seq.request_id, token)  # its grammar allows nothing more
         self.outputs.append((seq.request_id, Output(token, self.planner.postprocess(seq, token, complete),
-                                                    probe=probe)))
+                                                    probe=probe, cached=cached)))
         if seq.status is Status.FINISHED:
             step.finished.append((cls, now - seq.arrival))
             self._ended(seq)

@@ -142,7 +142,7 @@ class StepPlanner:
         """
         pool = self.pool
         seq.pages = pool.match_prefix(seq.cacheable)
-        seq.num_cached = len(seq.pages) * pool.page_tokens
+        seq.num_cached = seq.reused = len(seq.pages) * pool.page_tokens
         growth = pool.pages_for(seq.num_tokens + self.predicted_output(seq)) - len(seq.pages)
         while not pool.can_allocate(growth) and pool.unpin_oldest():
             pass  # idle sessions' kept prefixes give way to a request that needs the room

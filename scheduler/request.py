@@ -71,6 +71,7 @@ class Output:
     finish_reason: str | None = None
     probe: float | None = None  # P(next token in params.probe_tokens) where this token was sampled (or at
     # params.probe_at, with the first token)
+    cached: int | None = None  # with the first token: how many prompt tokens were read from the KV cache
 
 
 _ids = itertools.count()
@@ -93,6 +94,7 @@ class Sequence:
     arrival: float = field(default_factory=time.monotonic)
     output_ids: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens whose K/V are in the cache
+    reused: int = 0  # of those, the prompt tokens taken over from cached pages when it was admitted
     pages: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
     finish_reason: str | None = None

@@ -150,3 +150,25 @@ async def test_item_lookups_and_deletes_in_a_long_call_answer_by_id(tokenizer):
         again = await client.until("conversation.item.added", 501)
         assert again["previous_item_id"] == "item_498"  # the deleted one no longer precedes anything
         assert len(call.conversation.items) == 200
+
+
+def turns_that_kept_the_prefix(tokenizer, retention: float, turns: int = 40) -> int:
+    """How many turns' prompts began with the whole prompt of the turn before (what the KV cache holds)."""
+    conversation = Conversation("Be brief.", tokenizer)
+    conversation.retention = retention
+    kept, last = 0, None
+    for n in range(turns):
+        conversation.add("user", f"question {n} " + "word " * 20)
+        prompt = conversation.prompt_ids(400)
+        assert len(prompt) <= 400
+        if last is not None and prompt[:len(last) - 8] == last[:len(last) - 8]:  # less its generation prompt
+            kept += 1
+        conversation.add("assistant", f"answer {n} " + "word " * 20)
+        last = prompt
+    return kept
+
+
+def test_a_retention_ratio_cuts_deeper_once_so_the_next_turns_keep_their_cached_prefix(tokenizer):
+    # Cutting only what must go changes the prompt's start at every turn once the budget is reached; cutting
+    # to half of it leaves room for several turns that add to the same prefix.
+    assert turns_that_kept_the_prefix(tokenizer, 0.5) >= turns_that_kept_the_prefix(tokenizer, 1.0) + 10

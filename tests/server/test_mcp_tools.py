@@ -19,7 +19,6 @@ from voicepipe.bench.mcp_server import SERVER, free_port, serve_http
 from voicepipe.call.limits import Limits
 from voicepipe.constrained import tools
 from voicepipe.mcp_servers import McpPolicy
-from voicepipe.pipeline.idle_reply import FILLER
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 DEAD = f"http://127.0.0.1:{free_port()}/mcp"  # allowed, and nothing listens there
@@ -27,8 +26,7 @@ FORECAST = tools.call_text("forecast", '{"city": "Paris"}')
 REPLIES = {"Book a table.": tools.call_text("book_table", '{"city": "Rome", "people": 2}'),
            "Is the service up?": tools.call_text("broken", '{"city": "Oslo"}'),
            "And in Lima?": tools.call_text("slow_forecast", '{"city": "Lima"}'),
-           "And in Quito?": tools.call_text("slow_forecast", '{"city": "Quito"}'),
-           FILLER: "Checking the forecast now."}
+           "And in Quito?": tools.call_text("slow_forecast", '{"city": "Quito"}')}
 
 
 def mcp_tool(url: str, **fields) -> dict:
@@ -89,8 +87,12 @@ async def test_a_session_s_mcp_server_is_listed_called_and_the_reply_goes_on_wit
         assert time.monotonic() - started < 5
         said = [engine.tokenizer.strings[i] for i in engine.requests[-1].prompt]
         assert f"assistant: {FORECAST}" in said and "tool: Sunny in Paris, 21 degrees." in said
-        assert any('"name": "forecast"' in engine.tokenizer.strings[i] for i in engine.requests[0].prompt) or \
-            any('"name": "forecast"' in s for s in said)  # the listed tool is offered to the model
+        call_request, primed = engine.requests[-3:-1]
+        assert any('"name": "forecast"' in engine.tokenizer.strings[i] for i in call_request.prompt)  # offered
+        assert not any("You can call these functions" in s for s in said)  # the answer, in words, is not
+        # While the call was written and ran, the answer's prompt up to the question was computed.
+        assert primed.params.max_tokens == 1 and engine.requests[-1].prompt[:len(primed.prompt) - 1] == \
+            primed.prompt[:-1]
     finally:
         await connection.close()
 
@@ -173,7 +175,7 @@ async def test_a_slow_tool_gets_a_spoken_filler_before_its_answer_in_the_same_re
         done, seen = await ask(connection, "And in Quito?")
         kinds = [e.type for e in seen]
         transcript = "".join(e.delta for e in seen if e.type == "response.output_audio_transcript.delta")
-        assert transcript.startswith("Checking the forecast now. The answer is Rain in Quito")
+        assert transcript.startswith("One moment, let me check. The answer is Rain in Quito")
         first_audio = kinds.index("response.output_audio.delta")
         assert first_audio < kinds.index("response.mcp_call.completed")  # heard while the tool ran
         assert next(o for o in done.response.output if o.type == "mcp_call").output == "Rain in Quito."

@@ -182,3 +182,18 @@ async def test_an_oversized_realtime_event_is_refused_before_it_is_parsed_and_th
             assert error["code"] == "message_too_large" and "over the limit of 1000" in error["message"]
             await call.send(text("user", "Still there?"))
             assert (await call.until("conversation.item.added"))["item"]["content"][0]["text"] == "Still there?"
+
+
+async def test_truncation_sets_how_much_of_the_prompt_a_cut_keeps_and_disabled_is_refused(served):
+    server, _ = served
+    async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
+        call = Realtime(ws)
+        await call.send({"type": "session.update", "session": {
+            "type": "realtime", "truncation": {"type": "retention_ratio", "retention_ratio": 0.7}}})
+        assert (await call.until("session.updated"))["session"]["truncation"] == {
+            "type": "retention_ratio", "retention_ratio": 0.7}
+        for bad in ("disabled", {"type": "retention_ratio", "retention_ratio": 0}, {"type": "retention_ratio"}):
+            error = await call.error_for({"type": "session.update", "session": {"type": "realtime", "truncation": bad}})
+            assert (error["code"], error["param"]) == ("invalid_session_update", "truncation")
+        await call.send({"type": "session.update", "session": {"type": "realtime", "truncation": "auto"}})
+        assert (await call.until("session.updated"))["session"]["truncation"] == "auto"

@@ -60,6 +60,7 @@ class Session:
         self.config.max_utterance_s = limits.max_utterance_s
         self.conversation = Conversation(self.config.instructions, runtime.tokenizer, limits.max_conversation_items,
                                          limits.max_conversation_bytes)
+        self.conversation.retention = self.config.retention_ratio
         if front is not None:
             front.config = self.config
             front.configure()
@@ -300,6 +301,8 @@ class Session:
                          "parameters": t.parameters} for t in self.config.tools),
                       *(spec.described for spec in self.config.servers)],
             "tool_choice": self.config.tool_choice,
+            "truncation": "auto" if self.config.retention_ratio == 1 else {
+                "type": "retention_ratio", "retention_ratio": self.config.retention_ratio},
             "time_to_first_audio_deadline_s": self.config.ttfa_s,
             "scheduler": scheduler,
             "limits": {**asdict(self.limits), "scheduler": {k: list(v) for k, v in KNOBS.items()}},

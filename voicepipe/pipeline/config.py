@@ -29,6 +29,8 @@ class CallConfig:
     # still to hear: a long reply is not synthesized to its end while the caller may yet cut it off, and its
     # sentences do not hold the device ahead of other calls' turns that are due sooner.
     synthesis_horizon_s: float = 4.0
+    # What the assistant says while a tool the server runs keeps the caller waiting, in turn (none: silence).
+    fillers: tuple[str, ...] = ("One moment, let me check.", "Let me look that up.", "Just a second.")
     # Partial transcripts re-transcribe the growing utterance at most this often.
     partial_interval_s: float = 1.0
     # Silence after which the final transcription starts, before the end of speech is confirmed.
@@ -41,5 +43,7 @@ class CallConfig:
     # itself), and suppress noise (None, "near_field" or "far_field", as the Realtime API names it).
     echo_cancellation: bool = True
     noise_reduction: str | None = None
-    # The oldest messages are dropped once the prompt would grow past this.
+    # The oldest messages are dropped once the prompt would grow past this, down to `retention_ratio` of it
+    # (the session's `truncation`: below 1, the turns after a cut reuse the prefix the KV cache holds).
     max_prompt_tokens: int = 2048
+    retention_ratio: float = 1.0

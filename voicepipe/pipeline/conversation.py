@@ -30,6 +30,9 @@ class Conversation:
     def __init__(self, instructions: str, tokenizer: Any, max_items: int = 1024, max_bytes: int = 1 << 20) -> None:
         self.instructions = instructions
         self.tool_instructions = ""  # what the model may call, and how: after the instructions, every prompt
+        # When the prompt outgrows its budget, the oldest messages go until it is this share of the budget:
+        # below 1, the next turns add to a prefix the KV cache still holds, instead of each cutting anew.
+        self.retention = 1.0
         self.tokenizer, self.max_items, self.max_bytes = tokenizer, max_items, max_bytes
         # id -> {"id", "role", "content", "spoken"[, "truncated"]}, oldest first; "tokens" and "bytes" are
         # the content's own measures, kept beside it.
@@ -102,13 +105,16 @@ class Conversation:
                    instructions: str | None = None, tool_instructions: str | None = None) -> list[int]:
         """The chat prompt, with `pending` messages not (yet) in the conversation after the rest (and other
         `instructions` or tools, for one reply), dropping the oldest messages while it is longer than
-        max_tokens.
+        max_tokens (down to `retention` of it, once any must go).
 
         The messages that fit are found from their counts, newest first; the template is rendered once
         over them (and again only if the counts fell short of the rendered length, dropping by counts)."""
         said = [item for item in self._items.values() if item["content"]]
         frame = chat_prompt_ids(self.tokenizer, [*self._system(instructions, tool_instructions), *pending])
-        room, first = max_tokens - len(frame), len(said)
+        budget = max_tokens
+        if len(frame) + sum(item["tokens"] for item in said) > max_tokens:
+            budget = int(max_tokens * self.retention)
+        room, first = budget - len(frame), len(said)
         while first > 0 and (first == len(said) or room >= said[first - 1]["tokens"]):
             first -= 1
             room -= said[first]["tokens"]

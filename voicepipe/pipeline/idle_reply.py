@@ -6,7 +6,7 @@ answers in the conversation's own voice and language and its prefix stays cached
 """
 
 from voicepipe.pipeline.events import IdleTimedOut
-from voicepipe.pipeline.requests import ReplyTools, ResponseRequested
+from voicepipe.pipeline.requests import ResponseRequested
 
 REPROMPT = ("[The caller has said nothing for {seconds:g} seconds. In one short sentence, check that they are "
             "still there or invite them to go on.]")
@@ -14,19 +14,10 @@ GOODBYE = ("[The caller has not answered for {seconds:g} seconds. Say a short, f
            "sentence; the call ends after it.]")
 
 
-FILLER = ("[A function you called is still running. Tell the caller, in a few words, that you are working on "
-          "it; do not answer yet.]")
-FILLER_TOKENS = 24
-
-
-FILLER_MESSAGE = ({"role": "user", "content": FILLER},)
-
-
-def filler_reply() -> ResponseRequested:
-    """A few spoken words while a function's result is on its way: plain words only (the default model,
-    after its own call in the conversation, wrote another call's text for the caller to hear)."""
-    return ResponseRequested(pending=FILLER_MESSAGE, max_tokens=FILLER_TOKENS, tools=ReplyTools((), None, ""),
-                             words_only=True)
+def filler_reply(phrase: str) -> ResponseRequested:
+    """A set phrase while a function's result is on its way: no model step, so it is heard at once (the
+    default model, asked for a few words of its own, spoke of "a function called weather")."""
+    return ResponseRequested(say=phrase)
 
 
 def idle_reply(event: IdleTimedOut, prompts: int | None, spoken: bool) -> ResponseRequested:

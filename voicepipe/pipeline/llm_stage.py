@@ -1,6 +1,7 @@
 """The LLM stage: writes the replies turn-taking asks for, and owns the conversation."""
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -65,6 +66,7 @@ class LLMStage(Stage):
         self.writer = ReplyWriter(engine, tokenizer, conversation, config, self.emit, toolbox)
         self.items = Items(conversation, self.emit)
         self.tool_wait = ToolWait()
+        self._phrases = itertools.cycle(config.fillers)
         self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made)
         self._filler: asyncio.Task | None = None  # says a few words if the functions' results are slow
         self._filling: Turn | None = None  # the filler reply, which the answer may cut short
@@ -113,6 +115,8 @@ class LLMStage(Stage):
         config = self.config
         config.spoken, config.tools, config.tool_choice = event.spoken, event.tools, event.tool_choice
         config.instructions = self.conversation.instructions = event.instructions
+        if event.retention is not None:
+            config.retention_ratio = self.conversation.retention = event.retention
         if event.servers is not None:
             config.servers = event.servers
             named = {spec.label for spec in event.servers}
@@ -204,7 +208,7 @@ class LLMStage(Stage):
     def _calls_made(self, turn: Turn, names: tuple[str, ...]) -> None:
         """The reply called functions the client runs now: a filler if their results would keep the caller
         waiting past the answer's deadline."""
-        if not turn.spoken:
+        if not turn.spoken or not self.config.fillers:
             return
         delay = self.tool_wait.called(names, time.monotonic(), turn.deadline)
         self._filler = self.spawn(self._fill_after(delay, turn))
@@ -214,7 +218,7 @@ class LLMStage(Stage):
         while called.active:  # its response.done is on its way to the client
             await asyncio.sleep(0.02)
         if self.tool_wait.waiting and not self.replies.answering:
-            self._filling = self._reply(None, called.speech_end, filler_reply())
+            self._filling = self._reply(None, called.speech_end, filler_reply(next(self._phrases)))
 
     def _keyed(self, text: str) -> None:
         """The caller's keypad entry: their message, answered as a turn (unless a reply is under way, or the
@@ -250,7 +254,9 @@ class LLMStage(Stage):
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
         own = asked.tools
         tool_instructions = None if own is None else own.instructions
-        if asked.input is not None:
+        if asked.say is not None:
+            prompt = []
+        elif asked.input is not None:
             prompt = self.conversation.prompt_of(self._input(asked.input), asked.instructions, tool_instructions)
         else:
             prompt = self.conversation.prompt_ids(self.config.max_prompt_tokens, asked.pending, asked.instructions,
@@ -259,7 +265,7 @@ class LLMStage(Stage):
         request = ReplyRequest(prompt, None if asked.out_of_band or asked.input is not None else self.call_id,
                                asked.max_tokens or self.config.max_tokens, not asked.out_of_band,
                                tools=None if own is None else (own.tools, own.choice), words_only=asked.words_only,
-                               approved=approved)
+                               approved=approved, say=asked.say)
         self.replies.begin(turn, request, asked.metadata, asked.out_of_band)
         return turn
 

@@ -283,7 +283,8 @@ class ClientOutput(Stage):
         calls = tuple(call_item(reply, item_id, call) for item_id, call in reply.calls)
         await self.send(server_events.response_done(turn.response_id, status, turn.output_item_id,
                                                reply.text if delivered.said is None else delivered.said,
-                                               (reply.prompt_tokens, reply.output_tokens), calls, **details))
+                                               (reply.prompt_tokens, reply.output_tokens, reply.cached_tokens),
+                                               calls, **details))
 
 
 def call_events(event: Event) -> list[dict]:

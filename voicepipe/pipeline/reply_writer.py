@@ -50,7 +50,7 @@ class ReplyRequest:
     # approval request's id, the call, approved).
     approved: tuple[str, FunctionCall, bool] | None = None
     after_calls: bool = False  # the answer after its calls' results: in plain words (no call after a call)
-    request_id: str | None = None  # None: the turn's (a filler beside the turn's own request has its own)
+    say: str | None = None  # the reply's words, given: nothing is asked of the engine
 
 
 class ReplyWriter:
@@ -66,6 +66,9 @@ class ReplyWriter:
                     calling: Callable[[FunctionCall], None] | None = None) -> None:
         """The stream of `turn`'s request until it ends; `probed` hears the end-of-turn probability its
         prefill read, `called` each call of the client's it completes, `calling` each call it begins."""
+        if request.say is not None:
+            self._said(turn, reply, [("text", request.say)], request.in_conversation, called, calling)
+            return
         offered = (*self.config.tools, *self.config.server_tools)
         callable_, choice = request.tools or (offered, tools.choose(list(offered), self.config.tool_choice))
         # With tools and none to call ("none"), the model still copied the call format from the conversation
@@ -78,11 +81,13 @@ class ReplyWriter:
             params = probe_params(self.tokenizer, params, request.probe_at)
         parser = tools.FunctionCallParser({t.name: t.server for t in callable_ if t.server}) if choice else None
         stream = self.engine.generate(request.prompt, params, cls=RequestClass.REALTIME, deadline=deadline,
-                                      session=request.session, request_id=request.request_id or turn.request_id)
+                                      session=request.session, request_id=turn.request_id)
         async with aclosing(stream) as outputs:
             async for out in outputs:
                 if out.probe is not None:
                     probed(out.probe)
+                if out.cached is not None and not reply.output_tokens:
+                    reply.cached_tokens = out.cached
                 if out.token_id is not None:
                     turn.mark(Mark.FIRST_TOKEN)
                     reply.output_tokens += 1
@@ -99,7 +104,10 @@ class ReplyWriter:
         as the call's prefix, so the first turn computes only the caller's message."""
         if not (self.conversation.instructions or self.conversation.tool_instructions):
             return
-        prompt = chat_prompt_ids(self.tokenizer, self.conversation.messages()[:1])
+        await self.prefill(chat_prompt_ids(self.tokenizer, self.conversation.messages()[:1]), session)
+
+    async def prefill(self, prompt: list[int], session: str | None = None) -> None:
+        """Compute `prompt` into the KV cache ahead of a reply that will begin with it."""
         stream = self.engine.generate(prompt, SamplingParams(max_tokens=1), cls=RequestClass.INTERACTIVE,
                                       session=session)
         async with aclosing(stream) as outputs:

@@ -73,6 +73,7 @@ class ResponseRequested(Event):
     # What the reply reads instead of the conversation: (role, text) messages, or ("item_reference", id) for
     # a conversation item; None: the conversation.
     input: tuple[tuple[str, str], ...] | None = None
+    say: str | None = None  # the reply's words, given (a set phrase): no model step
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,7 @@ class SessionUpdate(Event):
     tool_choice: Any
     audio_input: dict = field(default_factory=dict)  # the audio front end's fields that change
     servers: tuple | None = None  # the MCP servers the session names (None: the same as before)
+    retention: float | None = None  # the share of the prompt budget a cut keeps (None: the same as before)
 
 
 @dataclass(frozen=True, slots=True)

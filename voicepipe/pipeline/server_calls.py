@@ -2,9 +2,14 @@
 a reply begun ahead of the caller, once the turn is confirmed), their results put in the conversation, and
 the caller kept company meanwhile. Each tool's time is learnt across every call of the server; the filler
 is decided when the model starts writing the call (its name is known then), so it can begin while the
-call's arguments are still being written."""
+call's arguments are still being written.
+
+The filler is one of the session's set phrases, not the model's words: the default model, asked for a few
+words while a tool ran, talked about "a function called weather" or apologised for errors (`bench tools`,
+docs/protocol.md), and a set phrase needs no model step, so it is heard at once."""
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable
 
@@ -13,9 +18,8 @@ from voicepipe.ids import new_id
 from voicepipe.mcp_servers.toolbox import Toolbox, ToolResult
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.events import Event, FunctionCallDone, FunctionCallStarted, TextDelta, ToolRan
-from voicepipe.pipeline.idle_reply import FILLER_MESSAGE, FILLER_TOKENS
-from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
-from voicepipe.pipeline.tool_wait import ToolWait
+from voicepipe.pipeline.reply_writer import ReplyWriter
+from voicepipe.pipeline.tool_wait import ANSWER_S, ToolWait
 from voicepipe.pipeline.turn import Reply, Turn
 
 SPECULATION_POLL_S = 0.02
@@ -30,12 +34,25 @@ class ServerCalls:
         self.turn, self.reply = turn, reply
         self.waits = ToolWait(toolbox.policy.times)  # the server's tools' times, learnt across calls
         self._filler: asyncio.Task | None = None
+        self._primed: asyncio.Task | None = None
         self._speaking = asyncio.Event()
+        self._phrases = itertools.cycle(config.fillers)
 
     def calling(self, call: FunctionCall) -> None:
-        """The model began writing `call`: a filler is due if the tool would keep the caller waiting."""
-        if call.server and self._filler is None and self.turn.spoken:
-            delay = self.waits.called((self.toolbox.timing_key(call),), time.monotonic(), self.turn.deadline)
+        """The model began writing `call`: the answer's prompt (the tools' descriptions left out) is computed
+        meanwhile, and the filler begins at once if the tool is known to keep the caller waiting past the
+        answer's deadline (else `run` decides, when it is known how long writing the call took)."""
+        if not call.server:
+            return
+        if self._primed is None:
+            self._primed = self.spawn(self.writer.prefill(self.writer.conversation.prompt_ids(
+                self.config.max_prompt_tokens, tool_instructions="")))
+        expected = self.waits.expected_s.get(self.toolbox.timing_key(call))
+        if expected is not None and expected > self.turn.deadline - time.monotonic() - ANSWER_S:
+            self._company(0.0)
+
+    def _company(self, delay: float) -> None:
+        if self._filler is None and self.turn.spoken and self.config.fillers:
             self._filler = self.spawn(self._fill(delay))
 
     async def run(self) -> bool:
@@ -49,8 +66,9 @@ class ServerCalls:
             return False
         while turn.speculative and not turn.cancelled:  # nothing runs for words the caller may not say
             await asyncio.sleep(SPECULATION_POLL_S)
-        if self._filler is None:
-            self.calling(due[0][1])
+        delay = self.waits.called(tuple(self.toolbox.timing_key(call) for _, call in due), time.monotonic(),
+                                  self.turn.deadline)
+        self._company(delay)
         for item_id, call in due:
             self._ran(item_id, call, await self.toolbox.run(call))
         self.waits.answered(time.monotonic())
@@ -84,17 +102,14 @@ class ServerCalls:
         self.emit(ToolRan(self.turn, item_id, call, result, approval_request_id))
 
     async def _fill(self, delay: float) -> None:
-        """A few plain words, from a request of their own (the call may still be being written), unless the
-        result came first."""
+        """A set phrase, unless the result came first (the call may still be being written)."""
         await asyncio.sleep(delay)
         self._speaking.set()
         self.space()
-        prompt = self.writer.conversation.prompt_ids(self.config.max_prompt_tokens, FILLER_MESSAGE)
-        words = ReplyRequest(prompt, None, FILLER_TOKENS, tools=((), None), words_only=True,
-                             request_id=f"{self.turn.request_id}-filler")
-        await self.writer.write(self.turn, self.reply, words, self.turn.deadline, lambda probability: None,
-                                lambda: None)
-        self.space()  # its last sentence is complete: it is spoken now, not with the answer
+        phrase = next(self._phrases)
+        self.reply.text += phrase
+        self.emit(TextDelta(self.turn, phrase))
+        self.space()  # its sentence is complete: it is spoken now, not with the answer
 
     def _drop_filler(self) -> None:
         if self._filler is not None and not self._speaking.is_set():

@@ -104,6 +104,7 @@ class Reply:
     with the turn's end (`TextDone`, `TurnCancelled`) for its response.done."""
 
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt's, those read from the KV cache (a call's earlier turns)
     text: str = ""
     output_tokens: int = 0
     calls: list[tuple[str, FunctionCall]] = field(default_factory=list)  # (item id, call), in the order made

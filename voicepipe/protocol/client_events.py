@@ -281,7 +281,7 @@ def is_unicode(text: str) -> bool:
 
 
 SESSION_FIELDS = {"instructions", "scheduler", "turn_detection", "output_modalities", "tools", "tool_choice",
-                  "echo_cancellation", "noise_reduction"}
+                  "echo_cancellation", "noise_reduction", "truncation"}
 NOISE_TYPES = ("near_field", "far_field")
 NO_MCP = McpPolicy()  # no server configured, no address allowed
 
@@ -310,7 +310,23 @@ def session_update(update: Any, config: CallConfig, policy: McpPolicy = NO_MCP) 
     choice = update.get("tool_choice", config.tool_choice)
     found, _ = checked_tools(update, "session", "invalid_session_update", config, choice, servers=True)
     return SessionUpdate(instructions, speak, detection, tuple(found), choice, audio_input(update),
-                         session_servers(update, policy))
+                         session_servers(update, policy), retention(update.get("truncation")))
+
+
+def retention(truncation: Any) -> float | None:
+    """The share of the prompt budget a cut keeps, from `truncation`: "auto" (all that fits) or
+    {"type": "retention_ratio", "retention_ratio": 0 < r <= 1}; None when not given."""
+    if truncation is None:
+        return None
+    if truncation == "auto":
+        return 1.0
+    ratio = truncation.get("retention_ratio") if isinstance(truncation, dict) else None
+    if (isinstance(truncation, dict) and truncation.get("type") == "retention_ratio"
+            and isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 < ratio <= 1):
+        return float(ratio)
+    raise ClientError("truncation must be 'auto' or {'type': 'retention_ratio', 'retention_ratio': a number in "
+                      "(0, 1]} ('disabled' is not supported: a conversation past the prompt budget must lose its "
+                      "oldest messages)", "invalid_session_update", "truncation")
 
 
 def session_servers(update: dict, policy: McpPolicy) -> tuple[ServerSpec, ...] | None:

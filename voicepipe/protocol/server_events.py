@@ -199,14 +199,16 @@ def playback_cleared(response_id: str) -> dict:
     return {"type": ServerEvent.PLAYBACK_CLEARED, "response_id": response_id}
 
 
-def response_done(response_id: str, status: str, item_id: str, text: str, usage: tuple[int, int],
+def response_done(response_id: str, status: str, item_id: str, text: str, usage: tuple[int, int, int],
                   calls: tuple[dict, ...] = (), **details: Any) -> dict:
-    """The end of a reply: its item's final text, then its function calls' items, token usage (prompt,
-    output), and voicepipe's own details (timings, waterfall, deadline_met, underruns, status_details)."""
-    prompt, output = usage
+    """The end of a reply: its item's final text, then its calls' items, token usage (prompt, output, and
+    of the prompt's those read from the KV cache), and voicepipe's own details (timings, waterfall,
+    deadline_met, underruns, status_details)."""
+    prompt, output, cached = usage
     response = {"id": response_id, "status": status,
                 "output": [{"id": item_id, "type": "message", "role": "assistant", "text": text}, *calls],
-                "usage": {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output},
+                "usage": {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output,
+                          "input_token_details": {"cached_tokens": cached}},
                 **details}
     return {"type": ServerEvent.RESPONSE_DONE, "response": response}
 

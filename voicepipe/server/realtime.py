@@ -264,8 +264,9 @@ class RealtimeDialect:
             body.update(output_modalities=["audio" if spoken else "text"],
                         audio={"output": {"format": format_of(self.said, False), "voice": "piper"}})
         if usage is not None:
+            cached = usage.get("input_token_details", {}).get("cached_tokens", 0)
             body["usage"] = {**usage, "input_token_details": {"text_tokens": usage["input_tokens"],
-                                                              "audio_tokens": 0, "cached_tokens": 0},
+                                                              "audio_tokens": 0, "cached_tokens": cached},
                              "output_token_details": {"text_tokens": usage["output_tokens"], "audio_tokens": 0}}
         return body
 

@@ -19,7 +19,7 @@ OWN_VAD_FIELDS = ("idle_prompts",)  # this server's, taken but not read back: th
 # Standard fields this server accepts and ignores (with a warning in its log), rather than failing a client
 # that sets them out of habit.
 IGNORED = ("model", "voice", "max_output_tokens",
-           "max_response_output_tokens", "temperature", "tracing", "include", "prompt", "truncation",
+           "max_response_output_tokens", "temperature", "tracing", "include", "prompt",
            "input_audio_transcription", "speed", "client_secret",
            "expires_at", "object", "id")
 
@@ -36,7 +36,7 @@ def native_update(session: Any) -> dict:
         raise UnsupportedSession(f"session type {session.get('type')!r} is not supported; use 'realtime'")
     native: dict[str, Any] = {}
     ignored = [name for name in session if name in IGNORED]
-    for name in ("instructions", "scheduler", "tools", "tool_choice"):
+    for name in ("instructions", "scheduler", "tools", "tool_choice", "truncation"):
         if name in session:
             native[name] = session[name]
     modalities = session.get("output_modalities", session.get("modalities"))
@@ -60,6 +60,7 @@ def native_update(session: Any) -> dict:
         if isinstance(detection, dict):
             ignored += [f"turn_detection.{k}" for k in detection if k not in VAD_FIELDS]
     unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio", "tools",
+                                               "truncation",
                                                "tool_choice", "input_audio_noise_reduction", "echo_cancellation",
                                                "output_modalities", "modalities",
                                                "input_audio_format", "output_audio_format", "turn_detection")]
@@ -123,4 +124,4 @@ def ga_session(native: dict, model: str, beta: bool, heard: WireAudio = PCM, sai
                                 "transcription": {"model": "whisper"}, "noise_reduction": native["noise_reduction"]},
                       "output": {"format": format_of(said, False), "voice": "piper", "speed": 1.0}},
             "max_output_tokens": "inf", "tracing": None,
-            "truncation": "auto"}
+            "truncation": native["truncation"]}
