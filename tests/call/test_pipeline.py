@@ -292,6 +292,22 @@ def test_what_was_heard_is_whole_sentences_then_a_share_of_the_one_playing():
     assert heard.played_text(14.0) == "Paris is the capital. It is a"
 
 
+def test_where_the_voice_tells_where_each_word_ends_what_was_heard_is_cut_at_the_word():
+    from voicepipe.pipeline.heard import Heard
+
+    heard = Heard()
+    # A long first word: by its share of the audio, 0.9 s of 2 s is one word of four; by its timings, two.
+    heard.add(0, "Extraordinarily warm days ahead.", start=0.0, seconds=2.0, ends=(0.8, 1.1, 1.6, 2.0))
+    assert heard.text_until(0.9) == "Extraordinarily"
+    assert heard.text_until(1.12) == "Extraordinarily warm"  # its last 20 ms cut off: heard all the same
+    assert heard.text_until(1.5) == "Extraordinarily warm"
+    heard.cut(1.65)
+    assert heard.played_text(5.0) == "Extraordinarily warm days"
+    unmatched = Heard()  # timings that do not match the words fall back to the share of the audio
+    unmatched.add(0, "One two three four.", start=0.0, seconds=2.0, ends=(0.5, 2.0))
+    assert unmatched.text_until(1.0) == "One two"
+
+
 async def test_the_first_phrase_goes_to_synthesis_before_its_sentence_ends_and_no_word_is_split():
     turn = Turn("resp_1", "req_1", "item_1", 0.0, 1.0)
     reply = "The capital of France is Paris which is known for its art and food. It is lovely."

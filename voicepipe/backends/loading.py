@@ -134,10 +134,13 @@ def device_jobs(asr: ASR, tts: TTS) -> dict[str, "JobHandler"]:
         many = getattr(asr, "transcribe_batch", None)
         return [t or "" for t in (many(audios) if many is not None else [asr.transcribe(a) for a in audios])]
 
-    def sentence(text: str) -> tuple[list[np.ndarray], float]:
+    def sentence(text: str) -> tuple[list[np.ndarray], float, list[float] | None]:
+        """The sentence's audio, the seconds it took, and where each of its words ends in that audio (None
+        from a voice that cannot tell)."""
         start = time.perf_counter()
-        chunks = [np.asarray(c, np.int16) for c in tts.synthesize(text) if len(c)]
-        return chunks, time.perf_counter() - start
+        timed = getattr(tts, "synthesize_words", None)
+        chunks, ends = timed(text) if timed is not None else (list(tts.synthesize(text)), None)
+        return [np.asarray(c, np.int16) for c in chunks if len(c)], time.perf_counter() - start, ends
 
     def warm_up() -> None:
         asr.transcribe(np.zeros(asr.sample_rate, np.float32))

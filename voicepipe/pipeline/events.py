@@ -234,6 +234,7 @@ class Played(Feedback):
     seconds: float
     until: float
     resumed: bool = False
+    ends: tuple[float, ...] | None = None  # where each word of the sentence ends in its audio (seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,12 +376,14 @@ class Sentence(Event):
 
 @dataclass(frozen=True, slots=True)
 class AudioOut(Event):
-    """Reply audio: int16 mono at the TTS rate, synthesized from sentence `index`, whose `text` it says."""
+    """Reply audio: int16 mono at the TTS rate, synthesized from sentence `index`, whose `text` it says;
+    `ends`: where each word of the sentence ends in the sentence's audio, when the voice tells."""
 
     turn: Turn
     pcm: np.ndarray
     index: int
     text: str
+    ends: tuple[float, ...] | list[float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

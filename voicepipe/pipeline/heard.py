@@ -1,5 +1,6 @@
 """What the caller heard of one reply: its audio chunks as they were scheduled for playback, and the words
-they carry. The LLM stage, owner of the conversation, keeps one per recent turn from the output stage's
+they carry (cut at the word where the voice tells where each word ends, else by the share of its audio
+played). The LLM stage, owner of the conversation, keeps one per recent turn from the output stage's
 feedback (`Played`, `PlaybackPaused`); it is how a reply cut off by the caller, or truncated by the client,
 keeps in the conversation only the words that were played."""
 
@@ -14,17 +15,25 @@ if TYPE_CHECKING:
     from voicepipe.pipeline.turn import Turn
 
 
+WORD_SLACK_S = 0.05  # a word whose last 50 ms were cut off was heard all the same
+
+
 @dataclass(eq=False)
 class Heard:
     sentences: dict[int, str] = field(default_factory=dict)  # sentence index -> its text
     chunks: list[tuple[int, float, float]] = field(default_factory=list)  # (sentence, start, seconds)
     lengths: dict[int, float] = field(default_factory=lambda: defaultdict(float))  # each sentence's audio
     stopped_at: float | None = None  # when the caller's playback of it was cut off
+    ends: dict[int, tuple[float, ...]] = field(default_factory=dict)  # sentence -> where each word ends in it
 
-    def add(self, index: int, text: str, start: float, seconds: float, resumed: bool = False) -> None:
+    def add(self, index: int, text: str, start: float, seconds: float, resumed: bool = False,
+            ends: tuple[float, ...] | None = None) -> None:
         """A chunk scheduled for playback. `resumed`: played on after a pause; the rest of a sentence cut
-        there adds nothing to its length (counted when it first played), a sentence new since does."""
+        there adds nothing to its length (counted when it first played), a sentence new since does. `ends`:
+        where each word of the sentence ends in its audio."""
         self.sentences[index] = text
+        if ends is not None and len(ends) == len(text.split()):
+            self.ends[index] = ends
         self.chunks.append((index, start, seconds))
         if not resumed or index not in self.lengths:
             self.lengths[index] += seconds
@@ -49,8 +58,9 @@ class Heard:
         return self.stopped_at is None and any(start + seconds > now for _, start, seconds in self.chunks)
 
     def played_text(self, now: float) -> str:
-        """The reply as far as the caller heard it by `now`: whole sentences, then a share of the words of
-        the sentence playing, in proportion to its audio played (as the Realtime API truncates)."""
+        """The reply as far as the caller heard it by `now`: whole sentences, then the words of the sentence
+        playing whose audio had ended (or, where the voice does not tell, a share of its words in proportion
+        to its audio played, as the Realtime API truncates)."""
         if self.stopped_at is not None:
             now = min(now, self.stopped_at)
         return self._words(lambda start, seconds, before: min(max(now - start, 0.0), seconds))
@@ -72,7 +82,12 @@ class Heard:
             words = self.sentences[index].split()
             total = self.lengths[index]
             share = played[index] / total if total else 1.0
-            keep = len(words) if share >= 0.999 else int(share * len(words))
+            if share >= 0.999:
+                keep = len(words)
+            elif index in self.ends:
+                keep = sum(end <= played[index] + WORD_SLACK_S for end in self.ends[index])
+            else:
+                keep = int(share * len(words))
             heard += words[:keep]
             if keep < len(words):
                 break

@@ -55,7 +55,7 @@ class Items:
         if heard is None:
             return False
         first = not heard.chunks
-        heard.add(event.index, event.text, event.start, event.seconds, event.resumed)
+        heard.add(event.index, event.text, event.start, event.seconds, event.resumed, event.ends)
         return first
 
     def paused(self, event: PlaybackPaused) -> None:

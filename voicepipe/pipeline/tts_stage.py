@@ -89,12 +89,12 @@ class TTSStage(Stage):
             try:
                 # A speculative reply's sentences wait behind confirmed turns' realtime work.
                 cls = RequestClass.INTERACTIVE if turn.speculative else RequestClass.REALTIME
-                chunks, seconds = await self.engine.run_job(TTS_SENTENCE, sentence.text, cls=cls,
-                                                            deadline=self.pacing.tts_deadline(turn))
+                chunks, seconds, ends = await self.engine.run_job(TTS_SENTENCE, sentence.text, cls=cls,
+                                                                  deadline=self.pacing.tts_deadline(turn))
             except Exception:  # one sentence the voice cannot say must not silence the rest of the reply
                 log.exception("synthesis failed for %r", sentence.text)
                 self.emit(Error("tts_failed", "a sentence of the reply could not be synthesized", "server_error"))
-                chunks, seconds = [], 0.0
+                chunks, seconds, ends = [], 0.0, None
             if turn.cancelled:
                 return
             turn.mark(Mark.SYNTHESIZED)
@@ -102,5 +102,5 @@ class TTSStage(Stage):
             runs_out = max(runs_out, time.monotonic()) + audio_s
             self.pacing.synthesized(turn, sentence.index, sentence.text, audio_s, seconds)
             for pcm in chunks:
-                self.emit(AudioOut(turn, pcm, sentence.index, sentence.text))
+                self.emit(AudioOut(turn, pcm, sentence.index, sentence.text, ends))
         self.emit(TurnDone(turn, sentence.reply))
