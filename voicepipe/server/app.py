@@ -2,6 +2,7 @@
 security check."""
 
 import mimetypes
+from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, HTTPException, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
@@ -14,14 +15,15 @@ from voicepipe import __version__
 from voicepipe.server.body_limit import BodyLimit
 from voicepipe.server.chat_api import build_router, install_error_handlers
 from voicepipe.server.host import CallHost
+from voicepipe.server.media_streams import TelnyxDialect, TwilioDialect, twiml
 from voicepipe.server.methods import Methods
 from voicepipe.server.realtime import RealtimeDialect
 from voicepipe.server.security import Access
-from voicepipe.server.twilio import TwilioDialect, twiml
 
 mimetypes.add_type("text/javascript", ".js")  # some systems' tables still say application/javascript
 OPEN_PATHS = ("/health", "/ready", "/metrics")  # probes and scrapers: no key, nothing private
-TWILIO_MEDIA = "/v1/twilio/media"  # Twilio's websocket brings no key: its `start` message does (twilio.py)
+TWILIO_MEDIA = "/v1/twilio/media"  # the providers' websockets bring no key: their `start` does (media_streams.py)
+TELNYX_MEDIA = "/v1/telnyx/media"
 
 
 def build_app(server: CallHost) -> FastAPI:
@@ -64,16 +66,23 @@ def build_app(server: CallHost) -> FastAPI:
     @app.api_route("/v1/twilio/voice", methods=["GET", "POST"])
     async def twilio_voice(request: Request) -> Response:
         """The TwiML a Twilio number's voice webhook fetches: connect the call to the media stream here."""
-        scheme = "wss" if request.headers.get("x-forwarded-proto", request.url.scheme) in ("https", "wss") else "ws"
-        url = f"{scheme}://{request.headers.get('host', '')}{TWILIO_MEDIA}"
-        return Response(twiml(url, server.security.api_key), media_type="text/xml")
+        return Response(twiml(stream_url(request, TWILIO_MEDIA), server.security.api_key), media_type="text/xml")
 
-    @app.websocket(TWILIO_MEDIA)
-    async def twilio_call(ws: WebSocket) -> None:
-        limits = server.limits
-        await server.serve_call(ws, ws.scope["voicepipe.access"], "twilio",
-                                lambda line: TwilioDialect(line, server.runtime, limits.max_message_bytes,
-                                                           server.security.api_key))
+    @app.api_route("/v1/telnyx/voice", methods=["GET", "POST"])
+    async def telnyx_voice(request: Request) -> Response:
+        """The TeXML a Telnyx number's voice webhook fetches: connect the call to the media stream here."""
+        return Response(twiml(stream_url(request, TELNYX_MEDIA), server.security.api_key), media_type="text/xml")
+
+    def phone_calls(provider: str, dialect: type) -> Callable[[WebSocket], Awaitable[None]]:
+        async def phone_call(ws: WebSocket) -> None:
+            limits = server.limits
+            await server.serve_call(ws, ws.scope["voicepipe.access"], provider,
+                                    lambda line: dialect(line, server.runtime, limits.max_message_bytes,
+                                                         server.security.api_key))
+        return phone_call
+
+    app.websocket(TWILIO_MEDIA)(phone_calls("twilio", TwilioDialect))
+    app.websocket(TELNYX_MEDIA)(phone_calls("telnyx", TelnyxDialect))
 
     install_error_handlers(app)
     router = build_router(server.runtime, server.limits, server.metrics)
@@ -111,13 +120,19 @@ class Guard:
         await self.app(scope, receive, send)
 
 
+def stream_url(request: Request, path: str) -> str:
+    """The websocket URL of a media stream on this server, as the provider reaching `request` sees it."""
+    scheme = "wss" if request.headers.get("x-forwarded-proto", request.url.scheme) in ("https", "wss") else "ws"
+    return f"{scheme}://{request.headers.get('host', '')}{path}"
+
+
 def _open(scope: Scope, access: Access) -> bool:
     """The page, probes and metrics need no key (the page's calls do); a bad Host is refused everywhere."""
     if access.status != 401:
         return False
     path = scope["path"]
     if scope["type"] != "http":
-        return path == TWILIO_MEDIA
+        return path in (TWILIO_MEDIA, TELNYX_MEDIA)
     return path in OPEN_PATHS or not path.startswith("/v1/")
 
 

@@ -1,7 +1,9 @@
-"""Twilio Media Streams over the real server and the fake engine: the TwiML route, a call's μ-law audio
-both ways, `clear` on a barge-in and a `mark` after each reply, the API key carried in the stream's
-`start`, and malformed or silent streams. The client here stands in for Twilio's side of the phone
-network, which cannot exist in a test; it sends and reads what Twilio's documentation shows."""
+"""Telephony media streams over the real server and the fake engine: Twilio's (the TwiML route, a call's
+μ-law audio both ways, `clear` on a barge-in and a `mark` after each reply, the API key carried in the
+stream's `start`, malformed or silent streams, keys pressed) and Telnyx's (A-law both ways, its own `start`
+and unaddressed replies, a codec it cannot speak refused). The client here stands in for the provider's
+side of the phone network, which cannot exist in a test; it sends and reads what the providers'
+documentation shows."""
 
 import asyncio
 import base64
@@ -17,9 +19,9 @@ from websockets.exceptions import ConnectionClosed
 
 from voicepipe.audio import read_audio, to_pcm16
 from voicepipe.call.limits import Limits
-from voicepipe.server import twilio
+from voicepipe.server import media_streams
 from voicepipe.server.security import Security
-from voicepipe.wire_audio import PCMU
+from voicepipe.wire_audio import PCMA, PCMU
 
 KEY = "sk-phone"
 VOICE = read_audio(Path(__file__).parents[2] / "voicepipe" / "samples" / "question.wav", 8000)
@@ -42,11 +44,11 @@ def start(key: str | None = None) -> dict:
         "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}
 
 
-class Twilio:
-    """Twilio's end of one media stream: sends the caller's audio in real time, keeps what comes back."""
+class Phone:
+    """The provider's end of one media stream: sends the caller's audio in real time, keeps what comes back."""
 
-    def __init__(self, ws) -> None:
-        self.ws, self.received = ws, []
+    def __init__(self, ws, media=None) -> None:
+        self.ws, self.received, self.media = ws, [], media or globals()["media"]
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -61,7 +63,7 @@ class Twilio:
 
     async def say(self, audio: np.ndarray) -> None:
         t0 = time.monotonic()
-        for n, message in enumerate(media(audio)):
+        for n, message in enumerate(self.media(audio)):
             await asyncio.sleep(max(0.0, t0 + n * 0.02 - time.monotonic()))
             await self.ws.send(json.dumps(message))
 
@@ -90,7 +92,7 @@ async def test_twiml_connects_the_call_to_the_media_stream_and_a_keyed_server_as
 async def test_a_phone_call_is_heard_answered_in_mulaw_marked_and_cleared_on_a_barge_in():
     async with fake_server(Limits(), reply=REPLY, heard="What is the capital of France?") as (server, engine):
         async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
-            phone = Twilio(ws)
+            phone = Phone(ws)
             await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
             await ws.send("{not json")  # skipped: Twilio cannot read an error
             await ws.send(json.dumps(start()))
@@ -108,7 +110,7 @@ async def test_a_phone_call_is_heard_answered_in_mulaw_marked_and_cleared_on_a_b
         assert len(engine.requests) >= 2  # the question, then the words said over the reply
     async with fake_server(Limits(), reply="Paris.", heard="What is the capital of France?") as (server, _):
         async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
-            phone = Twilio(ws)
+            phone = Phone(ws)
             await ws.send(json.dumps(start()))
             await phone.say(np.concatenate([VOICE, np.zeros(8000, np.float32)]))
             mark = await phone.until("mark")  # after the reply's last media: Twilio echoes it once played
@@ -124,7 +126,7 @@ async def test_a_keyed_server_takes_the_stream_only_with_the_key_in_its_start():
                 await asyncio.wait_for(ws.recv(), 5)
             assert closed.value.rcvd.code == 1008
         async with connect(url) as ws:
-            phone = Twilio(ws)
+            phone = Phone(ws)
             await ws.send(json.dumps(start(KEY)))
             await phone.say(np.concatenate([VOICE, np.zeros(8000, np.float32)]))
             await phone.until("media")
@@ -136,7 +138,7 @@ async def test_a_keyed_server_takes_the_stream_only_with_the_key_in_its_start():
 
 
 async def test_a_stream_that_never_starts_is_closed(monkeypatch):
-    monkeypatch.setattr(twilio, "START_WITHIN_S", 0.3)
+    monkeypatch.setattr(media_streams, "START_WITHIN_S", 0.3)
     async with fake_server(Limits()) as (server, _):
         async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
             for message in media(VOICE[:4000]):  # media before start is not a call's
@@ -153,7 +155,7 @@ async def test_keys_pressed_on_the_phone_join_the_conversation_as_one_message_on
     monkeypatch.setattr(keypad, "PAUSE_S", 0.3)
     async with fake_server(Limits(), reply="Sales it is.") as (server, engine):
         async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
-            phone = Twilio(ws)
+            phone = Phone(ws)
             await ws.send(json.dumps(start()))
             for n, digit in enumerate("12#"):
                 await ws.send(json.dumps({"event": "dtmf", "streamSid": "MZ1", "sequenceNumber": str(n + 2),
@@ -162,3 +164,50 @@ async def test_keys_pressed_on_the_phone_join_the_conversation_as_one_message_on
         assert len(engine.requests) == 1
         asked = engine.tokenizer.last_user_message(engine.requests[0].prompt)
         assert asked == "[The caller pressed on the phone's keypad: 1 2 #]"
+
+
+def telnyx_media(audio: np.ndarray) -> list[dict]:
+    """The caller's audio as Telnyx's `media` messages: 20 ms of A-law each."""
+    coded = PCMA.encode(to_pcm16(audio))
+    return [{"event": "media", "sequence_number": str(n + 2), "stream_id": "S1", "media": {
+        "track": "inbound", "chunk": str(n + 1), "timestamp": str(20 * n),
+        "payload": base64.b64encode(coded[i:i + 160]).decode()}} for n, i in enumerate(range(0, len(coded), 160))]
+
+
+def telnyx_start(key: str | None = None, encoding: str = "PCMA") -> dict:
+    return {"event": "start", "sequence_number": "1", "stream_id": "S1", "start": {
+        "user_id": "U1", "call_control_id": "v3:C1", "from": "+13122010094", "to": "+13122123456",
+        "custom_parameters": {"api_key": key} if key else {},
+        "media_format": {"encoding": encoding, "sample_rate": 8000, "channels": 1}}}
+
+
+async def test_a_telnyx_call_in_alaw_is_heard_answered_in_alaw_and_cleared_on_a_barge_in():
+    async with fake_server(Limits(), reply=REPLY, heard="What is the capital of France?",
+                           security=Security(KEY)) as (server, engine):
+        status, _, body = await http_post(server, {}, path="/v1/telnyx/voice",
+                                          headers={"Authorization": f"Bearer {KEY}"})
+        assert status == 200 and "/v1/telnyx/media" in body.decode() and KEY in body.decode()
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/telnyx/media") as ws:
+            phone = Phone(ws, telnyx_media)
+            await ws.send(json.dumps({"event": "connected", "version": "1.0.0"}))
+            await ws.send(json.dumps(telnyx_start(KEY)))
+            await phone.say(np.concatenate([VOICE, np.zeros(8000, np.float32)]))
+            first = await phone.until("media")
+            assert "streamSid" not in first and len(base64.b64decode(first["media"]["payload"])) > 0
+            await phone.say(VOICE)  # over the reply
+            assert "streamSid" not in await phone.until("clear")
+            await ws.send(json.dumps({"event": "stop", "sequence_number": "999", "stream_id": "S1"}))
+            await asyncio.wait_for(phone.reader, 5)
+        tone = PCMA.decode(b"".join(base64.b64decode(m["media"]["payload"]) for m in phone.of("media")))
+        assert np.median(np.abs(tone.astype(np.int32))) == pytest.approx(1000, abs=100)  # A-law, not μ-law
+        assert len(engine.requests) >= 2
+
+
+async def test_a_telnyx_stream_in_a_codec_not_spoken_here_or_without_the_key_is_closed():
+    async with fake_server(Limits(), security=Security(KEY)) as (server, _):
+        for start, code in ((telnyx_start(KEY, "G722"), 1003), (telnyx_start("wrong"), 1008)):
+            async with connect(f"ws://127.0.0.1:{server.port}/v1/telnyx/media") as ws:
+                await ws.send(json.dumps(start))
+                with pytest.raises(ConnectionClosed) as closed:
+                    await asyncio.wait_for(ws.recv(), 5)
+                assert closed.value.rcvd.code == code

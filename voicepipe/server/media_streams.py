@@ -1,0 +1,186 @@
+"""Telephony media streams: a phone call's audio over a websocket, as Twilio (`<Connect><Stream>`) and Telnyx
+(Media Streaming, bidirectional) send it. One dialect carries both; each provider's wire format is a small
+subclass that reads its `start` and addresses what goes out.
+
+The dialect is the transport the session talks to, as `RealtimeDialect` is for the Realtime API: the
+provider's JSON messages in (`connected`, `start`, `media` with base64 G.711 at 8 kHz, `mark`, `dtmf`,
+`stop`) become 16 kHz PCM16 frames; the session's events out become `media` (the reply, in the call's
+G.711), a `mark` at the end of each reply's audio (sent back once the caller has heard it all), and `clear`
+the moment the caller barges in (the provider drops the audio it has queued). Everything else the session
+says has no place on a phone line and is dropped. A provider cannot read an error, so a malformed message
+is logged and skipped.
+
+Neither provider's websocket brings the API key when it connects, so where the server has one, the call
+starts only when `start` brings it among its custom parameters (the TwiML this server writes passes it).
+"""
+
+import asyncio
+import base64
+import binascii
+import hmac
+import json
+import logging
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+import numpy as np
+import soxr
+
+from voicepipe.call.runtime import Runtime
+from voicepipe.protocol import ClientEvent, ServerEvent
+from voicepipe.protocol.transport import Disconnected, Transport
+from voicepipe.turns.endpointer import SAMPLE_RATE
+from voicepipe.wire_audio import PCMA, PCMU, WireAudio
+
+log = logging.getLogger(__name__)
+START_WITHIN_S = 10.0  # a stream that has not started by then is no phone call: it holds a call's place
+
+
+def twiml(stream_url: str, api_key: str | None) -> str:
+    """The TwiML (Twilio's, and Telnyx's TeXML) that connects a call to this server's media stream."""
+    key = f'<Parameter name="api_key" value={quoteattr(api_key)}/>' if api_key else ""
+    return (f'<?xml version="1.0" encoding="UTF-8"?><Response><Connect><Stream url={quoteattr(stream_url)}>'
+            f"{key}</Stream></Connect></Response>")
+
+
+class MediaStreamDialect:
+    """A Transport speaking a provider's media stream to `line` and the native protocol to the session."""
+
+    provider = ""
+
+    def __init__(self, line: Transport, runtime: Runtime, max_message_bytes: int, api_key: str | None) -> None:
+        self.line, self.max_message_bytes, self.api_key = line, max_message_bytes, api_key
+        self.tts_rate = runtime.tts_rate
+        self.stream_sid: str | None = None  # known from `start`; nothing is sent before it
+        self.call_sid: str | None = None
+        self.codec: WireAudio = PCMU  # the call's G.711, as `start` names it
+        self._mic: soxr.ResampleStream | None = None
+        self._speaker: soxr.ResampleStream | None = None
+        self._start_by: float | None = None  # the loop's time by which `start` must have come
+
+    def started(self, event: dict) -> tuple[str, str | None, dict, WireAudio | None]:
+        """From a `start` event: the stream's id, the call's, its custom parameters, and its codec (None:
+        one this server does not speak)."""
+        raise NotImplementedError
+
+    def envelope(self, event: dict[str, Any]) -> dict[str, Any]:
+        """An outgoing message as the provider wants it addressed."""
+        return event
+
+    # -- provider -> session ---------------------------------------------------------------------------------
+    async def recv(self) -> bytes | dict:
+        while True:
+            if self._start_by is None:
+                self._start_by = asyncio.get_running_loop().time() + START_WITHIN_S
+            try:
+                async with asyncio.timeout_at(None if self.stream_sid is not None else self._start_by):
+                    message = await self.line.recv()
+            except TimeoutError:
+                log.warning("%s stream refused: no start message within %g s", self.provider, START_WITHIN_S)
+                await self.line.close(1008, "no start message")
+                raise Disconnected() from None
+            if isinstance(message, bytes) or len(message) > self.max_message_bytes:
+                log.warning("%s stream %s: skipped a %s message", self.provider, self.stream_sid,
+                            "binary" if isinstance(message, bytes) else "too large")
+                continue
+            try:
+                event = json.loads(message)
+                audio = await self._inbound(event)
+            except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, RecursionError) as e:
+                log.warning("%s stream %s: skipped a malformed message (%s: %s)", self.provider, self.stream_sid,
+                            type(e).__name__, e)
+                continue
+            if audio:
+                return audio  # or a key the caller pressed
+
+    async def _inbound(self, event: dict) -> bytes | dict | None:
+        kind = event["event"]
+        if kind == "start":
+            await self._start(event)
+        elif kind == "media" and self.stream_sid is not None and event["media"].get("track", "inbound") == "inbound":
+            samples = self.codec.decode(base64.b64decode(event["media"]["payload"], validate=True))
+            return self._mic.resample_chunk(samples).astype("<i2").tobytes()
+        elif kind == "stop":
+            raise Disconnected()
+        elif kind == "dtmf" and self.stream_sid is not None:
+            return {"type": ClientEvent.KEY_PRESSED, "digit": str(event["dtmf"]["digit"])}
+        return None  # connected, mark (the caller has heard a reply to its end), media before start, error
+
+    async def _start(self, event: dict) -> None:
+        stream, call, parameters, codec = self.started(event)
+        given = parameters.get("api_key", "")
+        if self.api_key is not None and not hmac.compare_digest(str(given).encode(), self.api_key.encode()):
+            log.warning("%s call %s refused: its stream brought no valid API key", self.provider, call)
+            await self.line.close(1008, "a valid API key is required")
+            raise Disconnected()
+        if codec is None:
+            log.warning("%s call %s refused: media format %s", self.provider, call, event["start"])
+            await self.line.close(1003, "only G.711 (PCMU or PCMA) at 8000 Hz is spoken here")
+            raise Disconnected()
+        self.stream_sid, self.call_sid, self.codec = stream, call, codec
+        self._mic = soxr.ResampleStream(codec.rate, SAMPLE_RATE, 1, dtype="int16")
+        log.info("%s call %s: stream %s started (%s)", self.provider, call, stream, codec.coding)
+
+    # -- session -> provider ---------------------------------------------------------------------------------
+    async def send(self, message: dict | bytes) -> None:
+        if self.stream_sid is None:
+            return
+        if isinstance(message, bytes):
+            await self._media(np.frombuffer(message, "<i2"))
+            return
+        kind = message.get("type")  # a reply's audio.delta needs nothing: its binary frame follows
+        if kind == ServerEvent.RESPONSE_AUDIO_DONE:
+            if self._speaker is not None:
+                await self._media(np.zeros(0, np.int16), last=True)
+            await self._send({"event": "mark", "mark": {"name": message["response_id"]}})
+        elif kind == ServerEvent.PLAYBACK_CLEARED:
+            self._speaker = None
+            await self._send({"event": "clear"})
+        elif kind == ServerEvent.ERROR:
+            log.warning("%s call %s: %s", self.provider, self.call_sid, message["error"]["message"])
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        await self.line.close(code, reason)
+
+    async def _media(self, samples: np.ndarray, last: bool = False) -> None:
+        if self._speaker is None:
+            self._speaker = soxr.ResampleStream(self.tts_rate, self.codec.rate, 1, dtype="int16")
+        audio = self._speaker.resample_chunk(samples, last=last).astype(np.int16)
+        if last:
+            self._speaker = None
+        if len(audio):
+            payload = base64.b64encode(self.codec.encode(audio)).decode()
+            await self._send({"event": "media", "media": {"payload": payload}})
+
+    async def _send(self, event: dict[str, Any]) -> None:
+        await self.line.send(self.envelope(event))
+
+
+class TwilioDialect(MediaStreamDialect):
+    """Twilio Media Streams: μ-law only; the stream's id in `start.streamSid`, and on every message sent."""
+
+    provider = "twilio"
+
+    def started(self, event: dict) -> tuple[str, str | None, dict, WireAudio | None]:
+        start = event["start"]
+        media = start.get("mediaFormat") or {}
+        mulaw = media.get("encoding", "audio/x-mulaw") == "audio/x-mulaw" and int(media.get("sampleRate", 8000)) == 8000
+        return str(start["streamSid"]), start.get("callSid"), start.get("customParameters") or {}, \
+            PCMU if mulaw else None
+
+    def envelope(self, event: dict[str, Any]) -> dict[str, Any]:
+        return {**event, "streamSid": self.stream_sid}
+
+
+class TelnyxDialect(MediaStreamDialect):
+    """Telnyx Media Streaming in RTP mode: the call's own G.711 (PCMU or PCMA, as `start.media_format` says),
+    the stream's id at the top of `start`; what is sent back needs no address."""
+
+    provider = "telnyx"
+
+    def started(self, event: dict) -> tuple[str, str | None, dict, WireAudio | None]:
+        start = event["start"]
+        media = start.get("media_format") or {}
+        codec = {"PCMU": PCMU, "PCMA": PCMA}.get(str(media.get("encoding", "PCMU")).upper())
+        return str(event["stream_id"]), start.get("call_control_id"), start.get("custom_parameters") or {}, \
+            codec if int(media.get("sample_rate", 8000)) == 8000 else None
