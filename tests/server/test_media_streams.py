@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import generate_latest
 from support.fake_call import fake_server, http_post
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -28,13 +29,13 @@ VOICE = read_audio(Path(__file__).parents[2] / "voicepipe" / "samples" / "questi
 REPLY = " ".join(["word"] * 40)  # four seconds of the fake voice: still playing when the caller speaks again
 
 
-def media(audio: np.ndarray) -> list[dict]:
-    """The caller's audio as Twilio's `media` messages: 20 ms of μ-law each."""
+def media(audio: np.ndarray, first: int = 1) -> list[dict]:
+    """The caller's audio as Twilio's `media` messages: 20 ms of μ-law each, numbered on from `first`."""
     coded = PCMU.encode(to_pcm16(audio))
     return [{"event": "media", "streamSid": "MZ1", "media": {"track": "inbound", "chunk": str(n), "timestamp":
-                                                              str(20 * n), "payload": base64.b64encode(
+                                                              str(20 * (n - 1)), "payload": base64.b64encode(
                                                                   coded[i:i + 160]).decode()}}
-            for n, i in enumerate(range(0, len(coded), 160))]
+            for n, i in enumerate(range(0, len(coded), 160), first)]
 
 
 def start(key: str | None = None) -> dict:
@@ -49,6 +50,7 @@ class Phone:
 
     def __init__(self, ws, media=None) -> None:
         self.ws, self.received, self.media = ws, [], media or globals()["media"]
+        self.sent = 0  # packets sent: the stream numbers them on across what the caller says
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -63,7 +65,9 @@ class Phone:
 
     async def say(self, audio: np.ndarray) -> None:
         t0 = time.monotonic()
-        for n, message in enumerate(self.media(audio)):
+        packets = self.media(audio, self.sent + 1)
+        self.sent += len(packets)
+        for n, message in enumerate(packets):
             await asyncio.sleep(max(0.0, t0 + n * 0.02 - time.monotonic()))
             await self.ws.send(json.dumps(message))
 
@@ -166,12 +170,13 @@ async def test_keys_pressed_on_the_phone_join_the_conversation_as_one_message_on
         assert asked == "[The caller pressed on the phone's keypad: 1 2 #]"
 
 
-def telnyx_media(audio: np.ndarray) -> list[dict]:
-    """The caller's audio as Telnyx's `media` messages: 20 ms of A-law each."""
+def telnyx_media(audio: np.ndarray, first: int = 1) -> list[dict]:
+    """The caller's audio as Telnyx's `media` messages: 20 ms of A-law each, numbered on from `first`."""
     coded = PCMA.encode(to_pcm16(audio))
-    return [{"event": "media", "sequence_number": str(n + 2), "stream_id": "S1", "media": {
-        "track": "inbound", "chunk": str(n + 1), "timestamp": str(20 * n),
-        "payload": base64.b64encode(coded[i:i + 160]).decode()}} for n, i in enumerate(range(0, len(coded), 160))]
+    return [{"event": "media", "sequence_number": str(n + 1), "stream_id": "S1", "media": {
+        "track": "inbound", "chunk": str(n), "timestamp": str(20 * (n - 1)),
+        "payload": base64.b64encode(coded[i:i + 160]).decode()}}
+            for n, i in enumerate(range(0, len(coded), 160), first)]
 
 
 def telnyx_start(key: str | None = None, encoding: str = "PCMA") -> dict:
@@ -211,3 +216,37 @@ async def test_a_telnyx_stream_in_a_codec_not_spoken_here_or_without_the_key_is_
                 with pytest.raises(ConnectionClosed) as closed:
                     await asyncio.wait_for(ws.recv(), 5)
                 assert closed.value.rcvd.code == code
+
+
+def test_the_phone_leg_counts_lost_and_late_packets_fills_gaps_with_silence_and_estimates_jitter():
+    from voicepipe.server.phone_leg import PhoneLeg
+
+    leg = PhoneLeg()
+    arrivals = {1: 0.00, 2: 0.02, 3: 0.045, 5: 0.085, 4: 0.09, 6: 0.10, 8: 0.14}  # 4 late, 7 never came
+    gaps = [leg.packet(n, 20 * (n - 1), at) for n, at in arrivals.items()]
+    assert gaps == [0, 0, 0, 1, None, 0, 1]  # silence where 4 and 7 were; 4 dropped when it came, too late
+    assert leg.figures()["packets_received"] == 6 and (leg.lost, leg.late) == (1, 1)
+    assert 0.5 < 1000 * leg.jitter_s < 3  # the arrivals wandered by 5-10 ms against the caller's clock
+    steady = PhoneLeg()
+    for n in range(1, 100):
+        steady.packet(n, 20 * (n - 1), 0.02 * (n - 1) + 1.0)
+    assert steady.jitter_s < 1e-9 and steady.lost == steady.late == 0
+
+
+async def test_a_phone_call_s_lost_and_late_packets_are_counted_in_the_metrics():
+    async with fake_server(Limits(), reply="Paris.", heard="What is the capital of France?") as (server, _):
+        async with connect(f"ws://127.0.0.1:{server.port}/v1/twilio/media") as ws:
+            await ws.send(json.dumps(start()))
+            packets = media(np.concatenate([VOICE[:8000], np.zeros(8000, np.float32)]))
+            packets[10], packets[11] = packets[11], packets[10]  # one arrives after the next: too late
+            del packets[20]  # one never arrives
+            for message in packets:
+                await ws.send(json.dumps(message))
+            await ws.send(json.dumps({"event": "stop", "streamSid": "MZ1", "stop": {"callSid": "CA1"}}))
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    await asyncio.wait_for(ws.recv(), 5)
+        metrics = generate_latest(server.runtime.registry).decode()
+        assert 'voicepipe_phone_packets_total{outcome="lost",provider="twilio"} 1.0' in metrics
+        assert 'voicepipe_phone_packets_total{outcome="late",provider="twilio"} 1.0' in metrics
+        assert 'voicepipe_phone_jitter_seconds_count{provider="twilio"} 1.0' in metrics

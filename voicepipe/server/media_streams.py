@@ -29,6 +29,8 @@ import soxr
 from voicepipe.call.runtime import Runtime
 from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.protocol.transport import Disconnected, Transport
+from voicepipe.server.metrics import call_metrics
+from voicepipe.server.phone_leg import PhoneLeg
 from voicepipe.turns.endpointer import SAMPLE_RATE
 from voicepipe.wire_audio import PCMA, PCMU, WireAudio
 
@@ -57,6 +59,9 @@ class MediaStreamDialect:
         self._mic: soxr.ResampleStream | None = None
         self._speaker: soxr.ResampleStream | None = None
         self._start_by: float | None = None  # the loop's time by which `start` must have come
+        self.leg = PhoneLeg()
+        self._metrics = call_metrics(runtime.registry)
+        self._recorded = False
 
     def started(self, event: dict) -> tuple[str, str | None, dict, WireAudio | None]:
         """From a `start` event: the stream's id, the call's, its custom parameters, and its codec (None:
@@ -75,6 +80,9 @@ class MediaStreamDialect:
             try:
                 async with asyncio.timeout_at(None if self.stream_sid is not None else self._start_by):
                     message = await self.line.recv()
+            except Disconnected:
+                self._ended()  # the provider hung up without a `stop`
+                raise
             except TimeoutError:
                 log.warning("%s stream refused: no start message within %g s", self.provider, START_WITHIN_S)
                 await self.line.close(1008, "no start message")
@@ -99,8 +107,16 @@ class MediaStreamDialect:
             await self._start(event)
         elif kind == "media" and self.stream_sid is not None and event["media"].get("track", "inbound") == "inbound":
             samples = self.codec.decode(base64.b64decode(event["media"]["payload"], validate=True))
+            media = event["media"]
+            gap = 0 if "chunk" not in media else self.leg.packet(
+                int(media["chunk"]), int(media.get("timestamp", 0)), asyncio.get_running_loop().time())
+            if gap is None:
+                return None  # too late to play in order
+            if gap:  # lost on the way: their silence keeps the caller's clock
+                samples = np.concatenate([np.zeros(gap * len(samples), np.int16), samples])
             return self._mic.resample_chunk(samples).astype("<i2").tobytes()
         elif kind == "stop":
+            self._ended()
             raise Disconnected()
         elif kind == "dtmf" and self.stream_sid is not None:
             return {"type": ClientEvent.KEY_PRESSED, "digit": str(event["dtmf"]["digit"])}
@@ -140,7 +156,15 @@ class MediaStreamDialect:
             log.warning("%s call %s: %s", self.provider, self.call_sid, message["error"]["message"])
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
+        self._ended()
         await self.line.close(code, reason)
+
+    def _ended(self) -> None:
+        if self._recorded or self.stream_sid is None:
+            return
+        self._recorded = True
+        self.leg.record(self.provider, self._metrics.phone_packets, self._metrics.phone_jitter)
+        log.info("%s call %s ended: %s", self.provider, self.call_sid, self.leg.figures())
 
     async def _media(self, samples: np.ndarray, last: bool = False) -> None:
         if self._speaker is None:

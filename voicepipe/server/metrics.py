@@ -5,6 +5,7 @@ import weakref
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
 
 
 class CallMetrics:
@@ -18,6 +19,12 @@ class CallMetrics:
         self.loop_lag = Histogram("voicepipe_event_loop_lag_seconds", "How late the server's event loop ran a "
                                   "callback past its due time (sampled every 100 ms)", buckets=LAG_BUCKETS,
                                   registry=registry)
+        self.phone_packets = Counter("voicepipe_phone_packets", "Media-stream packets of phone calls, by what "
+                                     "became of them (received, lost on the way, too late to play)",
+                                     ["provider", "outcome"], registry=registry)
+        self.phone_jitter = Histogram("voicepipe_phone_jitter_seconds", "Each phone call's arrival jitter at its "
+                                      "end (RFC 3550's estimate)", ["provider"], buckets=JITTER_BUCKETS,
+                                      registry=registry)
 
 
 _made: "weakref.WeakKeyDictionary[CollectorRegistry, CallMetrics]" = weakref.WeakKeyDictionary()
