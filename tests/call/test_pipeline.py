@@ -227,7 +227,7 @@ async def test_a_truncated_item_keeps_the_words_of_the_audio_played():
     first = "Paris is the capital of France."
     ms = len(first.split()) * 100  # the fake voice speaks a word per 100 ms
     await call.push(TruncateRequested(reply_id, ms))
-    assert call.conversation.get(reply_id)["content"] == first
+    assert call.conversation.get(reply_id)["content"] == first + "…"  # marked where it was cut
     assert call.client.of(ServerEvent.ITEM_TRUNCATED)[0]["audio_end_ms"] == ms
     await call.push(TruncateRequested("item_unknown", 10))
     assert call.client.of(ServerEvent.ERROR)[-1]["error"]["code"] == "item_not_found"
@@ -240,7 +240,7 @@ async def test_an_item_read_right_after_its_truncate_reads_as_truncated():
     reply_id = call.client.of(ServerEvent.RESPONSE_CREATED)[0]["response"]["output"][0]["id"]
     await call.push(TruncateRequested(reply_id, 400), ItemRequested(reply_id, "retrieve"))  # not waiting between
     retrieved = call.client.of(ServerEvent.ITEM_RETRIEVED)[0]["item"]["content"][0]
-    assert retrieved["transcript"] == "Sentence number 0 is"
+    assert retrieved["transcript"] == "Sentence number 0 is…"
     await call.close()
 
 

@@ -19,6 +19,9 @@ from voicepipe.pipeline.turn import Reply
 ANCHOR = {"role": "system", "content": "."}
 
 
+CUT = "…"  # what a reply cut off ends with, in the conversation
+
+
 class Conversation:
     """The instructions and the user and assistant messages so far, each under its item id.
 
@@ -89,10 +92,12 @@ class Conversation:
             self._set_content(item, text)
 
     def truncate(self, item_id: str, heard: str) -> None:
-        """A reply was cut off: the conversation keeps only the text the caller heard, for good."""
+        """A reply was cut off: the conversation keeps only the text the caller heard, for good, marked where
+        it was cut (CUT) when words were lost, so the client reading it back and the model both see it."""
         item = self.get(item_id)
         if item is not None:
-            self._set_content(item, heard)
+            cut = heard and heard != item["content"].strip() and not item.get("truncated")
+            self._set_content(item, heard + CUT if cut else heard)
             item["truncated"] = True
 
     def messages(self, pending: tuple[dict[str, str], ...] = (), instructions: str | None = None,
