@@ -58,7 +58,7 @@ class Connection:
             return
         try:
             await asyncio.wait_for(asyncio.shield(self._task), CLOSE_S)
-        except (TimeoutError, Exception):  # noqa: BLE001 - closing: nothing is left to tell
+        except Exception:  # noqa: BLE001 - closing (or timing out at it): nothing is left to tell
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if not self._ready.done():

@@ -65,7 +65,7 @@ class Toolbox:
         try:
             client = await connection.open(self.policy.list_timeout_s)
             listing = await asyncio.wait_for(client.list_tools(), self.policy.list_timeout_s)
-        except (TimeoutError, Exception) as e:  # noqa: BLE001 - any failure to list is the listing's error
+        except Exception as e:  # noqa: BLE001 - any failure to list (a timeout too) is the listing's error
             await connection.close()
             reason = "timed out" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
             return Listed(spec.label, error=f"could not list the tools of MCP server {spec.label!r}: {reason}")

@@ -383,7 +383,7 @@ class AudioOut(Event):
     pcm: np.ndarray
     index: int
     text: str
-    ends: tuple[float, ...] | list[float] | None = None
+    ends: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,8 @@ class LLMStage(Stage):
         self.items = Items(conversation, self.emit)
         self.tool_wait = ToolWait()
         self._phrases = itertools.cycle(config.fillers)
-        self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made)
+        self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made,
+                                 self._phrases)
         self._filler: asyncio.Task | None = None  # says a few words if the functions' results are slow
         self._filling: Turn | None = None  # the filler reply, which the answer may cut short
         self._primed = False

@@ -207,7 +207,7 @@ class ClientOutput(Stage):
         self._sent.append((audio.index, audio.text, start, pcm))
         self._audible = turn
         self.emit_upstream(Played(turn, audio.index, audio.text, start, seconds, self.clock.playout_end, resumed,
-                                  None if audio.ends is None else tuple(audio.ends)))
+                                  audio.ends))
         self.emit_upstream(Playout(pcm, self.sample_rate, start, audio.text))
         delta = server_events.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate)
         await self.send(delta, pcm.astype("<i2", copy=False).tobytes())

@@ -5,28 +5,20 @@ response, once their results are in the conversation."""
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from voicepipe.constrained.tools import FunctionCall
 from voicepipe.ids import new_id
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.engine_port import Engine
-from voicepipe.pipeline.events import (
-    Paced,
-    ResponseCreated,
-    TextDone,
-    TranscriptEarly,
-    TurnCancelled,
-)
+from voicepipe.pipeline.events import Paced, ResponseCreated, TextDone, TranscriptEarly, TurnCancelled
 from voicepipe.pipeline.items import Items
 from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
 from voicepipe.pipeline.server_calls import ServerCalls
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn
 from voicepipe.turns.verdicts import Probed
-
-SPECULATION_POLL_S = 0.02
 
 
 class Responder:
@@ -35,10 +27,10 @@ class Responder:
     from it, as the same turn."""
 
     def __init__(self, stage: Stage, engine: Engine, writer: ReplyWriter, items: Items, config: CallConfig,
-                 call_id: str, on_calls: Callable[[Turn, tuple[str, ...]], None] = lambda turn, names: None
-                 ) -> None:
+                 call_id: str, on_calls: Callable[[Turn, tuple[str, ...]], None], fillers: Iterator[str]) -> None:
         self.stage, self.engine, self.writer, self.items = stage, engine, writer, items
         self.on_calls = on_calls  # a reply ended calling these functions: the client runs them now
+        self.fillers = fillers  # the set phrases said while the server's tools run, in turn across replies
         self.config, self.call_id = config, call_id
         self.turn: Turn | None = None
         self.written = Reply()  # what the LLM wrote for `turn`
@@ -104,17 +96,17 @@ class Responder:
             self.called_for = turn.speech_end
 
         calls = None if self.writer.toolbox is None else ServerCalls(
-            self.writer, self.writer.toolbox, self.config, self.stage.emit, self.stage.spawn, turn, reply)
+            self.writer, self.writer.toolbox, self.config, self.stage.emit, self.stage.spawn, turn, reply, self.fillers)
         if request.approved is not None and calls is not None:
             await calls.approved(*request.approved)
-            request = replace(request, prompt=self._answer_prompt(), approved=None, after_calls=True)
+            request = replace(request, prompt=calls.answer_prompt(), approved=None, after_calls=True)
         await self.writer.write(turn, reply, request, deadline, probed, called, calls and calls.calling)
         # The server's calls run, and the reply goes on after their results (in words: one round of calls).
         if calls is not None and await calls.run() and not reply.awaiting and request.in_conversation:
             calls.space()
             # The model reads what it said so far (a filler) before its calls and their results, and goes on.
             self.writer.conversation.set_reply(turn.output_item_id, reply.text)
-            request = replace(request, prompt=self._answer_prompt(), probe_at=None, after_calls=True)
+            request = replace(request, prompt=calls.answer_prompt(), probe_at=None, after_calls=True)
             await self.writer.write(turn, reply, request, self._due or deadline, probed, called)
         self.approvals.update((item_id, call) for item_id, call in reply.calls if item_id in reply.awaiting)
         reply.done = True
@@ -126,9 +118,3 @@ class Responder:
         client_calls = tuple(call.name for _, call in reply.calls if not call.server)
         if client_calls and not turn.cancelled:
             self.on_calls(turn, client_calls)
-
-    def _answer_prompt(self) -> list[int]:
-        """The prompt of the answer after a tool's result: without the tools' descriptions, as no call may
-        follow (with them, the default model answered 1 of 3 results in words, talking about "this function"
-        in the others; without, 3 of 3; the cost is the prefix cache, as the system message changes)."""
-        return self.writer.conversation.prompt_ids(self.config.max_prompt_tokens, tool_instructions="")

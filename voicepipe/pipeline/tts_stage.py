@@ -102,5 +102,5 @@ class TTSStage(Stage):
             runs_out = max(runs_out, time.monotonic()) + audio_s
             self.pacing.synthesized(turn, sentence.index, sentence.text, audio_s, seconds)
             for pcm in chunks:
-                self.emit(AudioOut(turn, pcm, sentence.index, sentence.text, ends))
+                self.emit(AudioOut(turn, pcm, sentence.index, sentence.text, None if ends is None else tuple(ends)))
         self.emit(TurnDone(turn, sentence.reply))

@@ -112,10 +112,8 @@ def approval_request_item(item_id: str, call: FunctionCall) -> dict:
             "arguments": call.arguments}
 
 
-def mcp_call_started(response_id: str, item_id: str, call: FunctionCall, approval_request_id: str | None = None
-                     ) -> dict:
-    return {"type": ServerEvent.ITEM_ADDED, "response_id": response_id,
-            "item": mcp_call_item(item_id, call, approval_request_id=approval_request_id)}
+def mcp_call_started(response_id: str, item_id: str, call: FunctionCall) -> dict:
+    return {"type": ServerEvent.ITEM_ADDED, "response_id": response_id, "item": mcp_call_item(item_id, call)}
 
 
 def mcp_arguments(response_id: str, item_id: str, delta: str) -> dict:
