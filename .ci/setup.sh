@@ -7,7 +7,7 @@ extras="${1:-}"   # "test" also installs what the test suite needs (browser, pro
                   # "gpu" installs PyPI's default torch build (CUDA, with Triton) instead of the CPU one
 
 apt_pkgs="espeak-ng sox libportaudio2 g++"
-[ "$extras" = test ] && apt_pkgs="$apt_pkgs chromium prometheus pulseaudio pulseaudio-utils libasound2-plugins"
+[ "$extras" = test ] && apt_pkgs="$apt_pkgs chromium prometheus pulseaudio pulseaudio-utils libasound2-plugins baresip-core"
 missing=""
 for p in $apt_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ] && command -v apt-get >/dev/null; then

@@ -151,15 +151,15 @@ async def settle(pipeline) -> None:
 @asynccontextmanager
 async def fake_server(limits: Limits, reply: str = "one two three four five six", heard: str = "",
                       replies: dict[str, str] | None = None, security: Any = None,
-                      mcp: McpPolicy | None = None) -> AsyncIterator[tuple]:
+                      mcp: McpPolicy | None = None, sip: Any = None) -> AsyncIterator[tuple]:
     """A real voice server on a loopback port over the fake engine, whose ASR hears `heard` in any speech
     and which answers `reply` (or, to a question in `replies`, its answer), its calls allowed the MCP
-    servers of `mcp`: (server, engine)."""
+    servers of `mcp`, answering SIP calls where `sip` (SipSettings) says: (server, engine)."""
     from voicepipe.server import VoiceServer
 
     engine = FakeEngine(FakeTokenizer(), replies, default_reply=reply, asr=FakeASR(heard), tts=FakeTTS())
     runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000, mcp=mcp or McpPolicy())
-    server = VoiceServer(runtime, limits, security=security)
+    server = VoiceServer(runtime, limits, security=security, sip=sip)
     await server.start("127.0.0.1", 0)
     try:
         yield server, engine

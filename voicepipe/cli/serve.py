@@ -72,6 +72,19 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        "repeatable (default: none, so sessions use only the --mcp-server ones)")
     tools.add_argument("--mcp-timeout", type=flag_type("mcp_timeout"), metavar="S",
                        help=f"how long one MCP tool call may take (default: {DEFAULTS.mcp_timeout:g})")
+    phone = parser.add_argument_group("phone calls over SIP")
+    phone.add_argument("--sip", type=flag_type("sip"), metavar="HOST:PORT",
+                       help="answer SIP calls (UDP) here, e.g. 127.0.0.1:5060 (default: off)")
+    phone.add_argument("--sip-allow", dest="sip_allow", action="append", type=flag_type("sip_allow"),
+                       metavar="NETWORK", help="take calls from this address or network (e.g. a PBX's) without a "
+                       "password; repeatable (default: this machine only)")
+    phone.add_argument("--sip-user", type=flag_type("sip_user"), metavar="NAME",
+                       help="callers from elsewhere must answer a digest challenge for this user ...")
+    phone.add_argument("--sip-password", type=flag_type("sip_password"), metavar="SECRET", help="... and password")
+    phone.add_argument("--sip-advertise", type=flag_type("sip_advertise"), metavar="ADDRESS",
+                       help="the address callers send audio to, when --sip's host is 0.0.0.0 or behind a NAT")
+    phone.add_argument("--sip-rtp-ports", type=flag_type("sip_rtp_ports"), metavar="LOW-HIGH",
+                       help="the UDP ports calls' audio may use (default: any free port)")
     parser.add_argument("--drain-seconds", dest="drain_s", type=flag_type("drain_s"), metavar="S",
                         help=f"after SIGTERM, how long running replies may take (default: {DEFAULTS.drain_s:g})")
     cluster = parser.add_argument_group("replicas on Ray Serve (the cluster extra)")

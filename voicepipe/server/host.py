@@ -31,3 +31,9 @@ class CallHost(Protocol):
 
     async def serve_call(self, ws: WebSocket, access: Access, api: str, dialect: Dialect | None = None) -> None:
         """Accept one call, or tell the client why not; runs until the call ends."""
+
+    async def host(self, transport: Transport, api: str, may_tune: bool) -> None:
+        """Run one admitted call's session over `transport` until it ends."""
+
+    def refusal(self, pending: int = 0) -> tuple[int, str, str] | None:
+        """Why a new call cannot be taken now (a websocket close code, a reason, a message), or None."""

@@ -23,15 +23,12 @@ import logging
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-import numpy as np
-import soxr
-
 from voicepipe.call.runtime import Runtime
 from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.protocol.transport import Disconnected, Transport
 from voicepipe.server.metrics import call_metrics
+from voicepipe.server.phone_audio import PhoneAudio
 from voicepipe.server.phone_leg import PhoneLeg
-from voicepipe.turns.endpointer import SAMPLE_RATE
 from voicepipe.wire_audio import PCMA, PCMU, WireAudio
 
 log = logging.getLogger(__name__)
@@ -56,8 +53,7 @@ class MediaStreamDialect:
         self.stream_sid: str | None = None  # known from `start`; nothing is sent before it
         self.call_sid: str | None = None
         self.codec: WireAudio = PCMU  # the call's G.711, as `start` names it
-        self._mic: soxr.ResampleStream | None = None
-        self._speaker: soxr.ResampleStream | None = None
+        self.audio = PhoneAudio(PCMU, self.tts_rate)
         self._start_by: float | None = None  # the loop's time by which `start` must have come
         self.leg = PhoneLeg()
         self._metrics = call_metrics(runtime.registry)
@@ -106,15 +102,13 @@ class MediaStreamDialect:
         if kind == "start":
             await self._start(event)
         elif kind == "media" and self.stream_sid is not None and event["media"].get("track", "inbound") == "inbound":
-            samples = self.codec.decode(base64.b64decode(event["media"]["payload"], validate=True))
+            coded = base64.b64decode(event["media"]["payload"], validate=True)
             media = event["media"]
             gap = 0 if "chunk" not in media else self.leg.packet(
                 int(media["chunk"]), int(media.get("timestamp", 0)), asyncio.get_running_loop().time())
             if gap is None:
                 return None  # too late to play in order
-            if gap:  # lost on the way: their silence keeps the caller's clock
-                samples = np.concatenate([np.zeros(gap * len(samples), np.int16), samples])
-            return self._mic.resample_chunk(samples).astype("<i2").tobytes()
+            return self.audio.heard(coded, gap)  # a gap lost on the way: its silence keeps the caller's clock
         elif kind == "stop":
             self._ended()
             raise Disconnected()
@@ -134,7 +128,7 @@ class MediaStreamDialect:
             await self.line.close(1003, "only G.711 (PCMU or PCMA) at 8000 Hz is spoken here")
             raise Disconnected()
         self.stream_sid, self.call_sid, self.codec = stream, call, codec
-        self._mic = soxr.ResampleStream(codec.rate, SAMPLE_RATE, 1, dtype="int16")
+        self.audio = PhoneAudio(codec, self.tts_rate)
         log.info("%s call %s: stream %s started (%s)", self.provider, call, stream, codec.coding)
 
     # -- session -> provider ---------------------------------------------------------------------------------
@@ -142,15 +136,14 @@ class MediaStreamDialect:
         if self.stream_sid is None:
             return
         if isinstance(message, bytes):
-            await self._media(np.frombuffer(message, "<i2"))
+            await self._media(self.audio.spoken(message))
             return
         kind = message.get("type")  # a reply's audio.delta needs nothing: its binary frame follows
         if kind == ServerEvent.RESPONSE_AUDIO_DONE:
-            if self._speaker is not None:
-                await self._media(np.zeros(0, np.int16), last=True)
+            await self._media(self.audio.spoken(b"", last=True))
             await self._send({"event": "mark", "mark": {"name": message["response_id"]}})
         elif kind == ServerEvent.PLAYBACK_CLEARED:
-            self._speaker = None
+            self.audio.cut()
             await self._send({"event": "clear"})
         elif kind == ServerEvent.ERROR:
             log.warning("%s call %s: %s", self.provider, self.call_sid, message["error"]["message"])
@@ -166,15 +159,9 @@ class MediaStreamDialect:
         self.leg.record(self.provider, self._metrics.phone_packets, self._metrics.phone_jitter)
         log.info("%s call %s ended: %s", self.provider, self.call_sid, self.leg.figures())
 
-    async def _media(self, samples: np.ndarray, last: bool = False) -> None:
-        if self._speaker is None:
-            self._speaker = soxr.ResampleStream(self.tts_rate, self.codec.rate, 1, dtype="int16")
-        audio = self._speaker.resample_chunk(samples, last=last).astype(np.int16)
-        if last:
-            self._speaker = None
-        if len(audio):
-            payload = base64.b64encode(self.codec.encode(audio)).decode()
-            await self._send({"event": "media", "media": {"payload": payload}})
+    async def _media(self, coded: bytes) -> None:
+        if coded:
+            await self._send({"event": "media", "media": {"payload": base64.b64encode(coded).decode()}})
 
     async def _send(self, event: dict[str, Any]) -> None:
         await self.line.send(self.envelope(event))

@@ -33,7 +33,8 @@ async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.s
     while this event loop still runs, so the aborts of their requests find a loop to report to.
     """
     runtime.mcp = settings.mcp()
-    server = VoiceServer(runtime, settings.limits(), settings.call_config(), settings.security())
+    server = VoiceServer(runtime, settings.limits(), settings.call_config(), settings.security(),
+                         sip=settings.sip_settings())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -41,6 +42,9 @@ async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.s
     try:
         await server.start(sock=sock, ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
         print(f"voicepipe: listening on {server.url}", flush=True)
+        if server.sip is not None:
+            host, port = server.sip.agent.address
+            print(f"voicepipe: answering SIP calls on sip:voicepipe@{host}:{port}", flush=True)
         await stop.wait()
         say(f"shutting down: finishing replies in progress (up to {settings.drain_s:g} s) ...")
         await server.drain(settings.drain_s)

@@ -8,6 +8,7 @@ loads: a typo costs a second, not a minute of loading. This module imports nothi
 
 import argparse
 import difflib
+import ipaddress
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ from voicepipe.server.security import Security
 
 if TYPE_CHECKING:  # the pipeline imports torch
     from voicepipe.pipeline import CallConfig
+    from voicepipe.sip.agent import SipSettings
 
 ENV_PREFIX = "VOICEPIPE_"
 CONFIG_ENV = "VOICEPIPE_CONFIG"
@@ -68,6 +70,14 @@ class ServeSettings:
     mcp_servers: tuple[str, ...] = ()
     mcp_allow_urls: tuple[str, ...] = ()
     mcp_timeout: float = 10.0
+    # Phone calls over SIP (UDP): where to answer them (HOST:PORT; None: not at all), the networks whose calls
+    # are taken without a password (default: this machine), the password asked of the others, the RTP ports.
+    sip: str | None = None
+    sip_allow: tuple[str, ...] = ()
+    sip_user: str | None = None
+    sip_password: str | None = None
+    sip_advertise: str | None = None  # the address callers are told to send audio to, behind a NAT
+    sip_rtp_ports: str | None = None  # LOW-HIGH; None: any free port
     replicas: int = 0  # 0: one process; N: N replicas on Ray Serve (voicepipe.cluster)
     ray_address: str | None = None  # an existing Ray cluster to deploy on; None: start one on this machine
     # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
@@ -95,6 +105,18 @@ class ServeSettings:
         """Who may use the server: the key, the other origins allowed, and (on a loopback bind) the check
         of the Host header."""
         return Security(self.api_key, frozenset(self.allow_origins), loopback_only=self.loopback)
+
+    def sip_settings(self) -> "SipSettings | None":
+        """The SIP user agent's settings, where SIP is on."""
+        from voicepipe.sip.agent import SipSettings
+
+        if self.sip is None:
+            return None
+        host, port = _host_port(self.sip)
+        extra = {"allow": self.sip_allow} if self.sip_allow else {}
+        low, _, high = (self.sip_rtp_ports or "").partition("-")
+        return SipSettings(host, port, self.sip_advertise, range(int(low), int(high) + 1) if high else None,
+                           user=self.sip_user, password=self.sip_password, **extra)
 
     def mcp(self) -> McpPolicy:
         return McpPolicy.from_flags(list(self.mcp_servers), list(self.mcp_allow_urls), self.mcp_timeout)
@@ -155,6 +177,34 @@ def _mcp_servers(value: tuple[str, ...]) -> None:
         raise SettingsError(str(e).removeprefix("--mcp-server ")) from None
 
 
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"must be HOST:PORT (e.g. 127.0.0.1:5060), got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _networks(value: tuple[str, ...]) -> None:
+    for network in value:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise SettingsError(f"{network!r} is not an address or a network like 192.168.1.0/24") from None
+
+
+def _address(text: str) -> None:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise SettingsError(f"must be an IP address, got {text!r}") from None
+
+
+def _port_range(text: str) -> None:
+    low, _, high = text.partition("-")
+    if not (low.isdigit() and high.isdigit() and 1024 <= int(low) <= int(high) <= 65535):
+        raise SettingsError(f"must be LOW-HIGH, two ports from 1024 to 65535 (e.g. 10000-20000), got {text!r}")
+
+
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], None]:
     def check(value: str) -> None:
         if value not in choices:
@@ -180,7 +230,8 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
     "replicas": _not_negative, "ray_address": _not_empty, "mcp_servers": _mcp_servers,
-    "mcp_allow_urls": _origins, "mcp_timeout": _positive,
+    "mcp_allow_urls": _origins, "mcp_timeout": _positive, "sip": _host_port, "sip_allow": _networks,
+    "sip_user": _not_empty, "sip_password": _not_empty, "sip_advertise": _address, "sip_rtp_ports": _port_range,
     "noise_reduction": _one_of(("off", "near_field", "far_field")),
     "policy": _one_of(call_policies()), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
@@ -297,6 +348,12 @@ def check(settings: ServeSettings) -> None:
         raise SettingsError("--replicas needs a fixed --port: Ray Serve's proxy cannot pick a free one")
     if settings.replicas and (settings.ssl_certfile is not None):
         raise SettingsError("HTTPS is not served with --replicas: terminate TLS in front of Ray Serve's proxy")
+    if (settings.sip_user is None) != (settings.sip_password is None):
+        raise SettingsError("--sip-user and --sip-password go together: callers are asked for both")
+    if settings.sip is not None and not is_loopback(_host_port(settings.sip)[0]) and not settings.sip_allow \
+            and settings.sip_password is None:
+        raise SettingsError(f"SIP on {settings.sip} would refuse every caller but this machine: name the networks "
+                            "whose calls are taken (--sip-allow) or set --sip-user and --sip-password")
     if (settings.ssl_certfile is None) != (settings.ssl_keyfile is None):
         raise SettingsError("HTTPS needs both --ssl-certfile and --ssl-keyfile")
     for name in ("ssl_certfile", "ssl_keyfile"):

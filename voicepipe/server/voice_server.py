@@ -14,6 +14,7 @@ from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
 from voicepipe.pipeline import CallConfig
 from voicepipe.protocol import server_events
+from voicepipe.protocol.transport import Transport
 from voicepipe.server.app import build_app
 from voicepipe.server.heap import freeze_heap, thaw_heap
 from voicepipe.server.host import Dialect
@@ -22,7 +23,9 @@ from voicepipe.server.listen import bind_socket, is_loopback
 from voicepipe.server.loop_lag import LoopLag
 from voicepipe.server.metrics import call_metrics
 from voicepipe.server.security import Access, Security
+from voicepipe.server.sip_calls import SipCalls
 from voicepipe.server.websocket import WebSocketLine
+from voicepipe.sip.agent import SipSettings
 from voicepipe.turns.endpointer import SileroVAD
 from voicepipe.web_files import WEB_DIR
 
@@ -53,7 +56,7 @@ class VoiceServer:
     """
 
     def __init__(self, runtime: Runtime, limits: Limits | None = None, call_config: CallConfig | None = None,
-                 security: Security | None = None, web_dir: Path = WEB_DIR) -> None:
+                 security: Security | None = None, web_dir: Path = WEB_DIR, sip: SipSettings | None = None) -> None:
         self.runtime = runtime
         self.limits = limits or Limits()
         self.call_config = call_config or CallConfig()
@@ -68,6 +71,7 @@ class VoiceServer:
         self.app = build_app(self)
         self.uvicorn: uvicorn.Server | None = None
         self.sockets: list[socket.socket] = []
+        self.sip = SipCalls(self, sip) if sip is not None else None  # phone calls, where SIP is on
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 8000, sock: socket.socket | None = None,
@@ -87,6 +91,8 @@ class VoiceServer:
         self.uvicorn.lifespan = config.lifespan_class(config)
         self.sockets = [sock]
         await self.uvicorn.startup(sockets=[sock])
+        if self.sip is not None:
+            await self.sip.listen()
         SileroVAD()  # the calls' shared VAD session loads now (0.15-0.4 s here), not on the first call's loop
         freeze_heap()
         self.loop_lag.start()
@@ -108,6 +114,8 @@ class VoiceServer:
     async def close(self) -> None:
         """Close every call, then stop listening."""
         self.loop_lag.stop()
+        if self.sip is not None:
+            await self.sip.close()
         await asyncio.gather(*(call.transport.close(1001, "server shutting down") for call in list(self.calls)),
                              return_exceptions=True)
         if self.uvicorn is not None:
@@ -130,7 +138,7 @@ class VoiceServer:
         await ws.accept(subprotocol="realtime" if "realtime" in protocols else None)
         line = WebSocketLine(ws)
         transport = dialect(line) if dialect is not None else line
-        refusal = self._refusal()
+        refusal = self.refusal()
         if refusal is not None:
             code, reason, message = refusal
             self.metrics.refused.labels(reason).inc()
@@ -138,7 +146,14 @@ class VoiceServer:
             await transport.send(server_events.error(reason, message, "server_error"))
             await line.close(code, reason.replace("_", " "))
             return
-        session = Session(transport, self.runtime, self.limits, self.call_config, may_tune=access.may_tune)
+        try:
+            await self.host(transport, api, access.may_tune)
+        finally:
+            await line.close()
+
+    async def host(self, transport: Transport, api: str, may_tune: bool) -> None:
+        """Run one admitted call's session over `transport` until it ends."""
+        session = Session(transport, self.runtime, self.limits, self.call_config, may_tune=may_tune)
         self.calls.add(session)
         self.metrics.active.labels(api).inc()
         try:
@@ -146,7 +161,6 @@ class VoiceServer:
         finally:
             self.calls.discard(session)
             self.metrics.active.labels(api).dec()
-            await line.close()
 
     def _engine_changed(self, alive: bool) -> None:
         """The engine process died (or is back): every call hears it at once. A turn in flight, or one the
@@ -164,12 +178,14 @@ class VoiceServer:
             self._notices.add(notice)
             notice.add_done_callback(self._notices.discard)
 
-    def _refusal(self) -> tuple[int, str, str] | None:
+    def refusal(self, pending: int = 0) -> tuple[int, str, str] | None:
+        """Why a new call cannot be taken now (a websocket close code, a reason, a message), or None;
+        `pending` calls are answered but not yet counted."""
         if self.draining:
             return 1012, "server_shutting_down", "the server is shutting down; try again later"
         if not self.runtime.engine.alive:
             return 1013, "engine_unavailable", "the engine is restarting; try again in a few seconds"
-        if len(self.calls) >= self.limits.max_calls:
+        if len(self.calls) + pending >= self.limits.max_calls:
             limit = self.limits.max_calls
             return 1013, "too_many_calls", f"the server takes at most {limit} calls at once; try again later"
         return None

@@ -1,0 +1,47 @@
+"""Phone calls over SIP, served as the websocket calls are: the user agent answers a call when the server
+has room for it (a full server answers 486 Busy Here, a draining one or one whose engine is restarting
+503), and each answered call runs a session of its own over a `SipLine`."""
+
+import asyncio
+import logging
+
+from voicepipe.server.host import CallHost
+from voicepipe.server.sip_line import SipLine
+from voicepipe.sip.agent import Refusal, SipAgent, SipSettings
+from voicepipe.sip.dialog import SipCall
+
+log = logging.getLogger(__name__)
+SIP_STATUS = {"too_many_calls": 486, "server_shutting_down": 503, "engine_unavailable": 503}
+
+
+class SipCalls:
+    def __init__(self, server: CallHost, settings: SipSettings) -> None:
+        self.server = server
+        self.agent = SipAgent(settings, self._decide, self._start)
+        self._sessions: set[asyncio.Task] = set()
+        self._admitted: set[SipCall] = set()  # taken, not yet answered: their places are held
+
+    async def listen(self) -> None:
+        await self.agent.listen()
+        host, port = self.agent.address
+        log.info("SIP: answering calls on %s:%d (UDP)", host, port)
+
+    async def close(self) -> None:
+        await self.agent.close()
+        await asyncio.gather(*self._sessions, return_exceptions=True)
+
+    async def _decide(self, call: SipCall) -> Refusal:
+        self._admitted = {c for c in self._admitted if c.ended is None}
+        refusal = self.server.refusal(pending=len(self._admitted))
+        if refusal is None:
+            self._admitted.add(call)
+            return None
+        _, reason, message = refusal
+        self.server.metrics.refused.labels(reason).inc()
+        return SIP_STATUS.get(reason, 503), message
+
+    def _start(self, call: SipCall) -> None:
+        self._admitted.discard(call)  # its session counts among the server's calls from its first step
+        task = asyncio.ensure_future(self.server.host(SipLine(call, self.server.runtime), "sip", may_tune=False))
+        self._sessions.add(task)
+        task.add_done_callback(self._sessions.discard)

@@ -1,0 +1,70 @@
+"""A SIP call as the session's transport: the caller's RTP in order (lost packets as silence, late ones
+dropped, keys pressed as events), the reply coded and queued onto the call's RTP clock, dropped from the
+queue the moment the caller barges in, and the call hung up with a BYE when the session ends it.
+
+As on the media-stream websockets, what the session says beyond audio has no place on a phone line and is
+dropped (errors are logged)."""
+
+import asyncio
+import logging
+
+from voicepipe.call.runtime import Runtime
+from voicepipe.protocol import ClientEvent, ServerEvent
+from voicepipe.protocol.transport import Disconnected
+from voicepipe.server.metrics import call_metrics
+from voicepipe.server.phone_audio import PhoneAudio
+from voicepipe.server.phone_leg import PhoneLeg
+from voicepipe.sip.dialog import SipCall
+
+log = logging.getLogger(__name__)
+
+
+class SipLine:
+    provider = "sip"
+
+    def __init__(self, call: SipCall, runtime: Runtime) -> None:
+        self.call = call
+        self.audio = PhoneAudio(call.offer.codec, runtime.tts_rate)
+        self.leg = PhoneLeg()
+        self._metrics = call_metrics(runtime.registry)
+        self._recorded = False
+
+    async def recv(self) -> bytes | dict:
+        while True:
+            item = await self.call.inbox.get()
+            if item[0] == "ended":
+                self._ended()
+                raise Disconnected()
+            if item[0] == "digit":
+                return {"type": ClientEvent.KEY_PRESSED, "digit": item[1]}
+            _, sequence, timestamp, payload = item
+            gap = self.leg.packet(sequence, timestamp // 8, asyncio.get_running_loop().time())
+            if gap is not None:  # None: too late to be heard in order
+                return self.audio.heard(payload, gap)
+
+    async def send(self, message: dict | bytes) -> None:
+        rtp = self.call.rtp
+        if self.call.ended is not None or rtp is None:
+            raise Disconnected()
+        if isinstance(message, bytes):
+            rtp.play(self.audio.spoken(message))
+            return
+        kind = message.get("type")
+        if kind == ServerEvent.RESPONSE_AUDIO_DONE:
+            rtp.play(self.audio.spoken(b"", last=True))
+        elif kind == ServerEvent.PLAYBACK_CLEARED:
+            self.audio.cut()
+            rtp.clear()
+        elif kind == ServerEvent.ERROR:
+            log.warning("SIP call %s: %s", self.call.call_id, message["error"]["message"])
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self._ended()
+        await self.call.hang_up(reason or "hung up by the server")
+
+    def _ended(self) -> None:
+        if self._recorded:
+            return
+        self._recorded = True
+        self.leg.record(self.provider, self._metrics.phone_packets, self._metrics.phone_jitter)
+        log.info("SIP call %s: %s", self.call.call_id, self.leg.figures())
