@@ -85,6 +85,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the address callers send audio to, when --sip's host is 0.0.0.0 or behind a NAT")
     phone.add_argument("--sip-rtp-ports", type=flag_type("sip_rtp_ports"), metavar="LOW-HIGH",
                        help="the UDP ports calls' audio may use (default: any free port)")
+    phone.add_argument("--sip-webhook", type=flag_type("sip_webhook"), metavar="URL",
+                       help="tell this application of each call (realtime.call.incoming); it accepts or rejects it "
+                       "through /v1/realtime/calls/ID/accept|reject, as with OpenAI's SIP (default: take every call)")
+    phone.add_argument("--sip-webhook-secret", type=flag_type("sip_webhook_secret"), metavar="whsec_...",
+                       help="sign what the webhook is told (Standard Webhooks: the openai SDK's webhooks.unwrap "
+                       "checks it)")
     parser.add_argument("--drain-seconds", dest="drain_s", type=flag_type("drain_s"), metavar="S",
                         help=f"after SIGTERM, how long running replies may take (default: {DEFAULTS.drain_s:g})")
     cluster = parser.add_argument_group("replicas on Ray Serve (the cluster extra)")

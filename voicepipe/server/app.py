@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from scheduler.channel.client import EngineUnavailable
 from voicepipe import __version__
 from voicepipe.server.body_limit import BodyLimit
+from voicepipe.server.calls_api import build_calls_router
 from voicepipe.server.chat_api import build_router, install_error_handlers
 from voicepipe.server.host import CallHost
 from voicepipe.server.media_streams import TelnyxDialect, TwilioDialect, twiml
@@ -84,6 +85,7 @@ def build_app(server: CallHost) -> FastAPI:
     app.websocket(TWILIO_MEDIA)(phone_calls("twilio", TwilioDialect))
     app.websocket(TELNYX_MEDIA)(phone_calls("telnyx", TelnyxDialect))
 
+    app.include_router(build_calls_router(server.phone_calls))
     install_error_handlers(app)
     router = build_router(server.runtime, server.limits, server.metrics)
     app.include_router(router)

@@ -11,6 +11,7 @@ from starlette.websockets import WebSocket
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.protocol.transport import Transport
+from voicepipe.server.call_control import PhoneCalls
 from voicepipe.server.metrics import CallMetrics
 from voicepipe.server.security import Access, Security
 
@@ -24,6 +25,7 @@ class CallHost(Protocol):
     security: Security
     web_dir: Path
     draining: bool
+    phone_calls: PhoneCalls
 
     @property
     def ready(self) -> bool:

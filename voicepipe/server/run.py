@@ -34,7 +34,7 @@ async def run_server(runtime: Runtime, settings: "ServeSettings", sock: socket.s
     """
     runtime.mcp = settings.mcp()
     server = VoiceServer(runtime, settings.limits(), settings.call_config(), settings.security(),
-                         sip=settings.sip_settings())
+                         sip=settings.sip_settings(), phone_calls=settings.phone_calls())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -30,6 +30,7 @@ from voicepipe.server.security import Security
 
 if TYPE_CHECKING:  # the pipeline imports torch
     from voicepipe.pipeline import CallConfig
+    from voicepipe.server.call_control import PhoneCalls
     from voicepipe.sip.agent import SipSettings
 
 ENV_PREFIX = "VOICEPIPE_"
@@ -78,6 +79,8 @@ class ServeSettings:
     sip_password: str | None = None
     sip_advertise: str | None = None  # the address callers are told to send audio to, behind a NAT
     sip_rtp_ports: str | None = None  # LOW-HIGH; None: any free port
+    sip_webhook: str | None = None  # the operator's application, told of each call (realtime.call.incoming)
+    sip_webhook_secret: str | None = None  # signs what it is told (Standard Webhooks, as OpenAI's are)
     replicas: int = 0  # 0: one process; N: N replicas on Ray Serve (voicepipe.cluster)
     ray_address: str | None = None  # an existing Ray cluster to deploy on; None: start one on this machine
     # The models, as the options of `add_runtime_arguments` name them; tts_model is the voice.
@@ -117,6 +120,11 @@ class ServeSettings:
         low, _, high = (self.sip_rtp_ports or "").partition("-")
         return SipSettings(host, port, self.sip_advertise, range(int(low), int(high) + 1) if high else None,
                            user=self.sip_user, password=self.sip_password, **extra)
+
+    def phone_calls(self) -> "PhoneCalls":
+        from voicepipe.server.call_control import PhoneCalls
+
+        return PhoneCalls(self.sip_webhook, self.sip_webhook_secret)
 
     def mcp(self) -> McpPolicy:
         return McpPolicy.from_flags(list(self.mcp_servers), list(self.mcp_allow_urls), self.mcp_timeout)
@@ -192,6 +200,12 @@ def _networks(value: tuple[str, ...]) -> None:
             raise SettingsError(f"{network!r} is not an address or a network like 192.168.1.0/24") from None
 
 
+def _url(text: str) -> None:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SettingsError(f"must be an http(s) URL, got {text!r}")
+
+
 def _address(text: str) -> None:
     try:
         ipaddress.ip_address(text)
@@ -232,6 +246,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "replicas": _not_negative, "ray_address": _not_empty, "mcp_servers": _mcp_servers,
     "mcp_allow_urls": _origins, "mcp_timeout": _positive, "sip": _host_port, "sip_allow": _networks,
     "sip_user": _not_empty, "sip_password": _not_empty, "sip_advertise": _address, "sip_rtp_ports": _port_range,
+    "sip_webhook": _url, "sip_webhook_secret": _not_empty,
     "noise_reduction": _one_of(("off", "near_field", "far_field")),
     "policy": _one_of(call_policies()), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
@@ -348,6 +363,8 @@ def check(settings: ServeSettings) -> None:
         raise SettingsError("--replicas needs a fixed --port: Ray Serve's proxy cannot pick a free one")
     if settings.replicas and (settings.ssl_certfile is not None):
         raise SettingsError("HTTPS is not served with --replicas: terminate TLS in front of Ray Serve's proxy")
+    if settings.sip_webhook is not None and settings.sip is None:
+        raise SettingsError("--sip-webhook decides on SIP calls: give --sip HOST:PORT as well")
     if (settings.sip_user is None) != (settings.sip_password is None):
         raise SettingsError("--sip-user and --sip-password go together: callers are asked for both")
     if settings.sip is not None and not is_loopback(_host_port(settings.sip)[0]) and not settings.sip_allow \

@@ -7,6 +7,7 @@ dropped (errors are logged)."""
 
 import asyncio
 import logging
+from typing import Any
 
 from voicepipe.call.runtime import Runtime
 from voicepipe.protocol import ClientEvent, ServerEvent
@@ -14,6 +15,7 @@ from voicepipe.protocol.transport import Disconnected
 from voicepipe.server.metrics import call_metrics
 from voicepipe.server.phone_audio import PhoneAudio
 from voicepipe.server.phone_leg import PhoneLeg
+from voicepipe.server.realtime_session import native_update
 from voicepipe.sip.dialog import SipCall
 
 log = logging.getLogger(__name__)
@@ -22,14 +24,19 @@ log = logging.getLogger(__name__)
 class SipLine:
     provider = "sip"
 
-    def __init__(self, call: SipCall, runtime: Runtime) -> None:
+    def __init__(self, call: SipCall, runtime: Runtime, session: dict[str, Any] | None = None) -> None:
         self.call = call
+        # the settings the call was accepted with (Realtime's shape), the session's first update
+        self._update = {"type": ClientEvent.SESSION_UPDATE, "session": native_update(session)} if session else None
         self.audio = PhoneAudio(call.offer.codec, runtime.tts_rate)
         self.leg = PhoneLeg()
         self._metrics = call_metrics(runtime.registry)
         self._recorded = False
 
     async def recv(self) -> bytes | dict:
+        if self._update is not None:
+            update, self._update = self._update, None
+            return update
         while True:
             item = await self.call.inbox.get()
             if item[0] == "ended":

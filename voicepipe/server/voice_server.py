@@ -16,6 +16,7 @@ from voicepipe.pipeline import CallConfig
 from voicepipe.protocol import server_events
 from voicepipe.protocol.transport import Transport
 from voicepipe.server.app import build_app
+from voicepipe.server.call_control import PhoneCalls
 from voicepipe.server.heap import freeze_heap, thaw_heap
 from voicepipe.server.host import Dialect
 from voicepipe.server.http_protocol import DeadlineH11Protocol
@@ -56,7 +57,8 @@ class VoiceServer:
     """
 
     def __init__(self, runtime: Runtime, limits: Limits | None = None, call_config: CallConfig | None = None,
-                 security: Security | None = None, web_dir: Path = WEB_DIR, sip: SipSettings | None = None) -> None:
+                 security: Security | None = None, web_dir: Path = WEB_DIR, sip: SipSettings | None = None,
+                 phone_calls: PhoneCalls | None = None) -> None:
         self.runtime = runtime
         self.limits = limits or Limits()
         self.call_config = call_config or CallConfig()
@@ -68,10 +70,11 @@ class VoiceServer:
         self.loop_lag = LoopLag(self.metrics.loop_lag)
         self._notices: set[asyncio.Future] = set()
         runtime.engine.watch(self._engine_changed)
+        self.phone_calls = phone_calls or PhoneCalls()  # who answers them: the operator's webhook, or the server
+        self.sip = SipCalls(self, sip, self.phone_calls) if sip is not None else None  # phone calls, where SIP is on
         self.app = build_app(self)
         self.uvicorn: uvicorn.Server | None = None
         self.sockets: list[socket.socket] = []
-        self.sip = SipCalls(self, sip) if sip is not None else None  # phone calls, where SIP is on
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 8000, sock: socket.socket | None = None,

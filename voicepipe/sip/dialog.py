@@ -27,6 +27,7 @@ class SipCall:
         self.invite, self.source, self.offer, self.contact = invite, source, offer, contact
         self._send, self._gone = send, gone
         self.call_id = invite.call_id
+        self.public_id = ""  # the id the server's calls API knows it by
         self.local_tag = local_tag
         to = invite.to_address
         self.local = Address(to.uri, to.name, to.parameters.replace(tag=local_tag))
