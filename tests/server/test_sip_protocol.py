@@ -292,3 +292,55 @@ async def test_thousands_of_malformed_sip_and_rtp_messages_harm_no_call(monkeypa
             assert call_id in {c.call_id for c in server.sip.agent.calls.values()}
             await asyncio.sleep(2.5)  # the refused INVITEs' transactions run out
             assert len(server.sip.agent._tasks) <= 4 and len(server.sip.agent._pending) == 0
+
+
+class PbxRegistrar(asyncio.DatagramProtocol):
+    """A PBX's registrar: challenges each REGISTER, takes it with the right password, keeps the bindings."""
+
+    def __init__(self) -> None:
+        from voicepipe.sip.digest import DigestRealm
+
+        self.realm = DigestRealm("bot", "s3cret", realm="pbx")
+        self.bindings: list[tuple[str, str]] = []  # (contact, expires) taken
+        self.refused = 0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr: tuple) -> None:
+        from voicepipe.sip.messages import response
+
+        req = Message.parse(data)
+        if req.authorization is None:
+            answer = response(req, 401, "r1", extra={"WWW-Authenticate": str(self.realm.challenge())})
+        elif self.realm.check("REGISTER", req.authorization):
+            self.bindings.append((req.headers.get("Contact"), req.headers.get("Expires")))
+            answer = response(req, 200, "r1", extra={"Expires": "60"})
+        else:
+            self.refused += 1
+            answer = response(req, 403, "r1")
+        self.transport.sendto(bytes(answer), addr)
+
+
+async def test_the_agent_registers_with_a_pbx_answering_its_challenge_and_unregisters_when_it_stops():
+    from voicepipe.sip.register import Registration
+
+    registrar = PbxRegistrar()
+    transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+        lambda: registrar, local_addr=("127.0.0.1", 0))
+    port = transport.get_extra_info("sockname")[1]
+    try:
+        settings = SipSettings(port=0, register=Registration.parse(f"sip:bot:s3cret@127.0.0.1:{port}"))
+        async with fake_server(Limits(), sip=settings) as (server, _):
+            await until(lambda: registrar.bindings)
+            contact, expires = registrar.bindings[0]
+            assert f"sip:bot@127.0.0.1:{server.sip.agent.address[1]}" in contact and expires == "300"
+            assert server.sip.agent.registrar.registered
+        assert registrar.bindings[-1][1] == "0"  # the binding removed as the server stopped
+        wrong = SipSettings(port=0, register=Registration.parse(f"sip:bot:guess@127.0.0.1:{port}"))
+        async with fake_server(Limits(), sip=wrong) as (server, _):
+            await until(lambda: registrar.refused)
+            await asyncio.sleep(0.1)
+            assert not server.sip.agent.registrar.registered
+    finally:
+        transport.close()

@@ -85,6 +85,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the address callers send audio to, when --sip's host is 0.0.0.0 or behind a NAT")
     phone.add_argument("--sip-rtp-ports", type=flag_type("sip_rtp_ports"), metavar="LOW-HIGH",
                        help="the UDP ports calls' audio may use (default: any free port)")
+    phone.add_argument("--sip-register", type=flag_type("sip_register"), metavar="sip:USER:PASSWORD@HOST",
+                       help="register with this PBX or SIP trunk, so calls to USER reach this server")
     phone.add_argument("--sip-webhook", type=flag_type("sip_webhook"), metavar="URL",
                        help="tell this application of each call (realtime.call.incoming); it accepts or rejects it "
                        "through /v1/realtime/calls/ID/accept|reject, as with OpenAI's SIP (default: take every call)")

@@ -79,6 +79,7 @@ class ServeSettings:
     sip_password: str | None = None
     sip_advertise: str | None = None  # the address callers are told to send audio to, behind a NAT
     sip_rtp_ports: str | None = None  # LOW-HIGH; None: any free port
+    sip_register: str | None = None  # sip:USER:PASSWORD@HOST[:PORT]: a PBX or trunk to register with
     sip_webhook: str | None = None  # the operator's application, told of each call (realtime.call.incoming)
     sip_webhook_secret: str | None = None  # signs what it is told (Standard Webhooks, as OpenAI's are)
     replicas: int = 0  # 0: one process; N: N replicas on Ray Serve (voicepipe.cluster)
@@ -112,14 +113,16 @@ class ServeSettings:
     def sip_settings(self) -> "SipSettings | None":
         """The SIP user agent's settings, where SIP is on."""
         from voicepipe.sip.agent import SipSettings
+        from voicepipe.sip.register import Registration
 
         if self.sip is None:
             return None
         host, port = _host_port(self.sip)
         extra = {"allow": self.sip_allow} if self.sip_allow else {}
         low, _, high = (self.sip_rtp_ports or "").partition("-")
+        register = Registration.parse(self.sip_register) if self.sip_register else None
         return SipSettings(host, port, self.sip_advertise, range(int(low), int(high) + 1) if high else None,
-                           user=self.sip_user, password=self.sip_password, **extra)
+                           user=self.sip_user, password=self.sip_password, register=register, **extra)
 
     def phone_calls(self) -> "PhoneCalls":
         from voicepipe.server.call_control import PhoneCalls
@@ -200,6 +203,15 @@ def _networks(value: tuple[str, ...]) -> None:
             raise SettingsError(f"{network!r} is not an address or a network like 192.168.1.0/24") from None
 
 
+def _registration(text: str) -> None:
+    from voicepipe.sip.register import Registration
+
+    try:
+        Registration.parse(text)
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
+
+
 def _url(text: str) -> None:
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -246,7 +258,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "replicas": _not_negative, "ray_address": _not_empty, "mcp_servers": _mcp_servers,
     "mcp_allow_urls": _origins, "mcp_timeout": _positive, "sip": _host_port, "sip_allow": _networks,
     "sip_user": _not_empty, "sip_password": _not_empty, "sip_advertise": _address, "sip_rtp_ports": _port_range,
-    "sip_webhook": _url, "sip_webhook_secret": _not_empty,
+    "sip_register": _registration, "sip_webhook": _url, "sip_webhook_secret": _not_empty,
     "noise_reduction": _one_of(("off", "near_field", "far_field")),
     "policy": _one_of(call_policies()), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
@@ -363,8 +375,9 @@ def check(settings: ServeSettings) -> None:
         raise SettingsError("--replicas needs a fixed --port: Ray Serve's proxy cannot pick a free one")
     if settings.replicas and (settings.ssl_certfile is not None):
         raise SettingsError("HTTPS is not served with --replicas: terminate TLS in front of Ray Serve's proxy")
-    if settings.sip_webhook is not None and settings.sip is None:
-        raise SettingsError("--sip-webhook decides on SIP calls: give --sip HOST:PORT as well")
+    for name in ("sip_webhook", "sip_register"):
+        if getattr(settings, name) is not None and settings.sip is None:
+            raise SettingsError(f"--{name.replace('_', '-')} is for SIP calls: give --sip HOST:PORT as well")
     if (settings.sip_user is None) != (settings.sip_password is None):
         raise SettingsError("--sip-user and --sip-password go together: callers are asked for both")
     if settings.sip is not None and not is_loopback(_host_port(settings.sip)[0]) and not settings.sip_allow \

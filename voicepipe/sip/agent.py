@@ -9,6 +9,7 @@ and `start` is handed each answered call.
 """
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import re
@@ -24,6 +25,7 @@ from voicepipe.sip import sdp
 from voicepipe.sip.dialog import SipCall
 from voicepipe.sip.digest import DigestRealm
 from voicepipe.sip.messages import ALLOW, branch, check, contact_uri, new_tag, response
+from voicepipe.sip.register import Registrar, Registration
 from voicepipe.sip.rtp import RtpStream
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class SipSettings:
     max_call_s: float = 3600.0
     rtp_timeout_s: float = 30.0
     max_pending: int = 32  # INVITEs being decided at once; more get 503
+    register: Registration | None = None  # a PBX or trunk to register with
     networks: tuple = field(init=False, repr=False, default=())
 
     def __post_init__(self) -> None:
@@ -64,6 +67,7 @@ class SipAgent(asyncio.DatagramProtocol):
         self._pending: dict[str, tuple[asyncio.Task, Request, tuple]] = {}  # INVITE branch -> its work
         self._unacked: dict[str, asyncio.Event] = {}  # INVITE branch -> set by the ACK of a final refusal
         self._client: dict[str, asyncio.Future[Response]] = {}  # our requests' branches
+        self.registrar: Registrar | None = None
         self._tasks: set[asyncio.Task] = set()
         self._requests: set[asyncio.Task] = set()  # requests of ours in flight (BYE, REFER)
 
@@ -71,6 +75,10 @@ class SipAgent(asyncio.DatagramProtocol):
     async def listen(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.create_datagram_endpoint(lambda: self, local_addr=(self.settings.host, self.settings.port))
+        if self.settings.register is not None:
+            contact = contact_uri(*self.address, user=self.settings.register.user)
+            self.registrar = Registrar(self.settings.register, contact, self.address, self._transact)
+            self._spawn(self.registrar.run())
 
     @property
     def address(self) -> tuple[str, int]:
@@ -79,9 +87,12 @@ class SipAgent(asyncio.DatagramProtocol):
         return self.settings.advertise or host, port
 
     async def close(self) -> None:
-        """Hang up every call (their BYEs given a moment to be answered), then stop listening."""
+        """Hang up every call (their BYEs given a moment to be answered), unregister, then stop listening."""
         for call in list(self.calls.values()):
             await call.hang_up("server shutting down")
+        if self.registrar is not None and self.registrar.registered:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.registrar.register(0), CLOSE_GRACE_S)
         if self._requests:
             await asyncio.wait(self._requests, timeout=CLOSE_GRACE_S)
         for task in list(self._tasks):
