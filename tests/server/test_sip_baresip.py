@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
-from support.baresip import Baresip
 from support.fake_call import fake_server
 
+from voicepipe.bench.baresip import Baresip
 from voicepipe.call.limits import Limits
 from voicepipe.sip.agent import SipSettings
 
@@ -81,13 +81,40 @@ async def test_a_barge_in_stops_the_reply_in_the_callers_ear_at_once():
             assert len(engine.requests) >= 2
 
 
+async def answered(phone: Baresip, server):
+    """Dial the server and wait for the call's session: the session."""
+    await phone.dial(f"sip:voicepipe@127.0.0.1:{server.sip.agent.address[1]}")
+    await phone.wait_event("CALL_ESTABLISHED", 5)
+    await until(lambda: len(server.calls) == 1)
+    return next(iter(server.calls))
+
+
 async def test_the_server_hangs_up_and_baresip_hears_the_bye():
     async with fake_server(Limits(), sip=SIP) as (server, _):
         async with Baresip(QUESTION) as phone:
-            await phone.dial(f"sip:voicepipe@127.0.0.1:{server.sip.agent.address[1]}")
-            await phone.wait_event("CALL_ESTABLISHED", 5)
-            await until(lambda: len(server.calls) == 1)
-            session = next(iter(server.calls))
+            session = await answered(phone, server)
             await session.hang_up()
             await phone.wait_event("CALL_CLOSED", 5)
             await until(lambda: not server.calls and not server.sip.agent.calls, 5)
+
+
+async def test_a_tool_presses_keys_the_caller_hears_as_rfc_4733_events():
+    from voicepipe.constrained.tools import FunctionCall
+    from voicepipe.mcp_servers import Toolbox
+
+    async with fake_server(Limits(), sip=SIP) as (server, _):
+        async with Baresip(QUESTION) as phone:
+            session = await answered(phone, server)
+            toolbox = Toolbox(session.mcp)  # what the model's call runs on, as a session's `phone` server
+            try:
+                listed = await toolbox.connect(session.mcp.servers["phone"], set())
+                assert [t.name for t in listed.tools] == ["send_dtmf"]
+                result = await toolbox.run(FunctionCall("c1", "send_dtmf", '{"digits": "5#"}', "phone"))
+                assert result.error is None and result.output == "Pressed 5 #."
+                refused = await toolbox.run(FunctionCall("c2", "send_dtmf", '{"digits": "5; rm"}', "phone"))
+                assert refused.error is not None
+            finally:
+                await toolbox.close()
+            await phone.wait_event("CALL_DTMF_START", 5)
+            await until(lambda: [e.get("param") for e in phone.events if e.get("type") == "CALL_DTMF_START"]
+                        == ["5", "#"], 5)

@@ -344,3 +344,27 @@ async def test_the_agent_registers_with_a_pbx_answering_its_challenge_and_unregi
             assert not server.sip.agent.registrar.registered
     finally:
         transport.close()
+
+
+async def test_a_burst_of_lost_packets_leaves_the_call_going_and_is_counted():
+    from prometheus_client import generate_latest
+
+    rng = random.Random(3)
+    async with fake_server(Limits(), reply="Paris.", heard="What?", sip=SIP) as (server, engine):
+        async with SipPeer(server.sip.agent.address[1]) as peer:
+            call_id, ok, port = await call(peer)
+            coded = PCMU.encode(to_pcm16(np.concatenate([VOICE, np.zeros(8000, np.float32)])))
+            t0 = time.monotonic()
+            lost = 0
+            for n, i in enumerate(range(0, len(coded), 160)):
+                await asyncio.sleep(max(0.0, t0 + n * 0.02 - time.monotonic()))
+                if n < 100 and rng.random() < 0.2:  # the first two seconds: a fifth of the packets lost
+                    lost += 1
+                    continue
+                peer.send_rtp(port, RtpPacket(0, n, 160 * n, 99, coded[i:i + 160]))
+            await until(lambda: engine.requests)
+            peer.send(peer.request("BYE", call_id=call_id, to_tag=ok.to_address.parameters["tag"]))
+            await until(lambda: not server.calls)
+        metrics = generate_latest(server.runtime.registry).decode()
+        assert f'voicepipe_phone_packets_total{{outcome="lost",provider="sip"}} {float(lost)}' in metrics
+        assert lost > 10

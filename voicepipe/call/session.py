@@ -17,7 +17,7 @@ from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
 from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.ids import new_id
-from voicepipe.mcp_servers import ServerSpec, Toolbox
+from voicepipe.mcp_servers import McpPolicy, ServerSpec, Toolbox
 from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import Event
 from voicepipe.pipeline.requests import (
@@ -52,7 +52,7 @@ class Session:
     """
 
     def __init__(self, transport: Transport, runtime: Runtime, limits: Limits, config: CallConfig | None = None,
-                 may_tune: bool = True, front: AudioFrontEnd | None = None) -> None:
+                 may_tune: bool = True, front: AudioFrontEnd | None = None, mcp: McpPolicy | None = None) -> None:
         self.transport, self.runtime, self.limits = transport, runtime, limits
         self.may_tune = may_tune  # may turn the engine's knobs, which every call shares
         self.id = new_id("sess")
@@ -65,7 +65,8 @@ class Session:
             front.config = self.config
             front.configure()
         self.front = front or AudioFrontEnd(self.config)
-        self.toolbox = Toolbox(runtime.mcp)
+        self.mcp = mcp or runtime.mcp  # the MCP servers this call may use (a phone line adds its keypad)
+        self.toolbox = Toolbox(self.mcp)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe,
                                        self.front, self.hang_up, self.toolbox)
         self._listings: set[asyncio.Task] = set()  # MCP servers being connected and listed
@@ -214,7 +215,7 @@ class Session:
         """Check every field first (new tools' grammars compiled in the engine, so a reply can use them at
         once, and the scheduler's knobs, which the engine checks all of before applying any); the stages
         apply the rest, and the output stage answers `session.updated`."""
-        update = client_events.session_update(fields, self.config, self.runtime.mcp)
+        update = client_events.session_update(fields, self.config, self.mcp)
         changes_tools = "tools" in fields or "tool_choice" in fields
         chosen = tools.choose(list(update.tools), update.tool_choice)
         if chosen and changes_tools:

@@ -3,12 +3,17 @@
 decoding); `bench soak` (everything at once, hostile clients too, for N minutes)."""
 
 import argparse
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from scheduler.policies import call_policies
 from voicepipe.backends.arguments import add_llm_model_arguments
 from voicepipe.bench.engine_command import MODES, add_engine_arguments, run_engine_bench
 from voicepipe.bench.report import add_json_argument, machine, save
 from voicepipe.cli.options import add_verbose_argument
+
+if TYPE_CHECKING:  # the runtime imports torch
+    from voicepipe.call.runtime import Runtime
 
 
 def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
@@ -312,11 +317,19 @@ def add_tools_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_tools_bench(args: argparse.Namespace) -> int:
+    from voicepipe.backends.tts_piper import PiperTTS
+    from voicepipe.bench.tools import bench_tools, print_tools
+
+    return run_on_spawned(args, lambda runtime: bench_tools(runtime, PiperTTS(), args.tries, args.slow_s),
+                          print_tools)
+
+
+def run_on_spawned(args: argparse.Namespace, measure: Callable[["Runtime"], Awaitable[dict]],
+                   show: Callable[[dict], None]) -> int:
+    """Measure on a runtime with the models in its own engine process, as `serve` runs; print and save."""
     import asyncio
 
     from voicepipe.backends.loading import ModelOptions
-    from voicepipe.backends.tts_piper import PiperTTS
-    from voicepipe.bench.tools import bench_tools, print_tools
 
     options = ModelOptions.pick(vars(args))
 
@@ -325,16 +338,31 @@ def run_tools_bench(args: argparse.Namespace) -> int:
 
         runtime = await Runtime.spawn(options)
         try:
-            return await bench_tools(runtime, PiperTTS(), args.tries, args.slow_s)
+            return await measure(runtime)
         finally:
             await runtime.close()
 
     report = asyncio.run(run())
     report["machine"] = machine()
-    print_tools(report)
+    show(report)
     if args.json:
         save(report, args.json)
     return 0
+
+
+def add_phone_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tries", type=int, default=3, help="rounds of questions on each line (default 3)")
+    parser.add_argument("--calls", type=int, default=1, help="calls at once on each line (default 1)")
+    add_json_argument(parser)
+    add_llm_model_arguments(parser)
+
+
+def run_phone_bench(args: argparse.Namespace) -> int:
+    from voicepipe.backends.tts_piper import PiperTTS
+    from voicepipe.bench.phone import bench_phone, print_phone
+
+    return run_on_spawned(args, lambda runtime: bench_phone(runtime, PiperTTS(), args.tries, args.calls),
+                          print_phone)
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -358,6 +386,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                                      "on and off"),
         (add_tools_arguments, "tools", "tools the server runs on the sample MCP server, spoken to in real time: "
                                        "the server's own time per call, a slow tool's filler and answer"),
+        (add_phone_arguments, "phone", "the same spoken questions from a real SIP phone (baresip) and on the "
+                                       "websocket: first audio after the last word on each line"),
         (add_soak_arguments, "soak", "calls, text, tools, structured outputs, hostile clients and schemas together "
                                      "for N minutes: what server and engine hold at start and end, on-time rate"),
     ]
@@ -371,5 +401,6 @@ def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
             "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
             "turns": run_turns_bench, "grammar": run_grammar_bench, "soak": run_soak_bench,
-            "decode": run_decode_bench, "room": run_room_bench, "tools": run_tools_bench}
+            "decode": run_decode_bench, "room": run_room_bench, "tools": run_tools_bench,
+            "phone": run_phone_bench}
     return runs[args.bench](args)

@@ -45,6 +45,8 @@ class Connection:
 
     def _target(self) -> Any:
         spec = self.spec
+        if spec.local is not None:
+            return spec.local
         if spec.command:
             return StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]))
         if spec.headers:

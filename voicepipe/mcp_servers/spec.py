@@ -36,6 +36,7 @@ class ServerSpec:
     url: str | None = None  # streamable HTTP
     command: tuple[str, ...] = ()  # stdio: a command and its arguments, started for the call
     headers: tuple[tuple[str, str], ...] = ()
+    local: Any = None  # an MCP server in this process (the phone's keypad), connected in memory
     allowed: ToolFilter | None = None
     always: ToolFilter | None = None
     never: ToolFilter = ToolFilter()

@@ -93,7 +93,7 @@ class Toolbox:
         in every call."""
         held = self._servers.get(call.server)
         spec = held[0].spec if held is not None else None
-        where = spec.url or " ".join(spec.command) if spec is not None else call.server
+        where = (spec.url or " ".join(spec.command) or f"local:{spec.label}") if spec is not None else call.server
         return f"{where}#{call.name}"
 
     def needs_approval(self, call: FunctionCall) -> bool:

@@ -19,7 +19,7 @@ class CallMetrics:
         self.loop_lag = Histogram("voicepipe_event_loop_lag_seconds", "How late the server's event loop ran a "
                                   "callback past its due time (sampled every 100 ms)", buckets=LAG_BUCKETS,
                                   registry=registry)
-        self.phone_packets = Counter("voicepipe_phone_packets", "Media-stream packets of phone calls, by what "
+        self.phone_packets = Counter("voicepipe_phone_packets", "Packets of phone calls (media streams, RTP), by what "
                                      "became of them (received, lost on the way, too late to play)",
                                      ["provider", "outcome"], registry=registry)
         self.phone_jitter = Histogram("voicepipe_phone_jitter_seconds", "Each phone call's arrival jitter at its "

@@ -7,6 +7,7 @@ dropped (errors are logged)."""
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from voicepipe.call.runtime import Runtime
@@ -64,6 +65,11 @@ class SipLine:
             rtp.clear()
         elif kind == ServerEvent.ERROR:
             log.warning("SIP call %s: %s", self.call.call_id, message["error"]["message"])
+
+    def keypad(self) -> Callable[[str], None] | None:
+        """What presses keys on the line for a tool, as RFC 4733 events (None: the caller's side takes none)."""
+        rtp = self.call.rtp
+        return rtp.send_digits if rtp is not None and rtp.event_type is not None else None
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self._ended()

@@ -12,6 +12,9 @@ from starlette.websockets import WebSocket
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
+from voicepipe.mcp_servers import ServerSpec
+from voicepipe.mcp_servers.phone_keys import LABEL as KEYPAD
+from voicepipe.mcp_servers.phone_keys import keypad_server
 from voicepipe.pipeline import CallConfig
 from voicepipe.protocol import server_events
 from voicepipe.protocol.transport import Transport
@@ -156,7 +159,12 @@ class VoiceServer:
 
     async def host(self, transport: Transport, api: str, may_tune: bool) -> None:
         """Run one admitted call's session over `transport` until it ends."""
-        session = Session(transport, self.runtime, self.limits, self.call_config, may_tune=may_tune)
+        policy = self.runtime.mcp
+        keypad = getattr(transport, "keypad", None)  # a phone line whose keys a tool may press
+        press = keypad() if keypad is not None else None
+        if press is not None:
+            policy = replace(policy, servers={**policy.servers, KEYPAD: ServerSpec(KEYPAD, local=keypad_server(press))})
+        session = Session(transport, self.runtime, self.limits, self.call_config, may_tune=may_tune, mcp=policy)
         self.calls.add(session)
         self.metrics.active.labels(api).inc()
         try:

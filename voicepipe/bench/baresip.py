@@ -1,5 +1,5 @@
-"""A real SIP phone for tests: drives a `baresip` 1.0.0 user agent over its ctrl_tcp interface, so a test can
-dial, answer, send DTMF and hear what it was sent against a real SIP/RTP stack rather than a fake.
+"""A real SIP phone for tests and benchmarks: drives a `baresip` 1.0.0 user agent over its ctrl_tcp
+interface, so they can dial, answer, send DTMF and hear what they were sent against a real SIP/RTP stack.
 
 baresip 1.0.0 has no file *player*, only a file *source* (`aufile`), so what a phone hears is taken from the
 `sndfile` filter's dump of decoded audio; and when the source file ends, the `menu` module hangs the call up,
