@@ -368,3 +368,44 @@ async def test_a_burst_of_lost_packets_leaves_the_call_going_and_is_counted():
         metrics = generate_latest(server.runtime.registry).decode()
         assert f'voicepipe_phone_packets_total{{outcome="lost",provider="sip"}} {float(lost)}' in metrics
         assert lost > 10
+
+
+async def test_an_invite_flood_takes_max_calls_refuses_the_rest_and_leaks_no_port():
+    async with fake_server(Limits(max_calls=3), sip=SIP) as (server, _):
+        async with SipPeer(server.sip.agent.address[1]) as peer:
+            invites = {f"flood-{n}": peer.invite(call_id=f"flood-{n}") for n in range(100)}
+            for data in invites.values():
+                peer.send(data)
+            answers = {call_id: await peer.answer(call_id) for call_id in invites}
+            codes = [a.code for a in answers.values()]
+            assert codes.count(200) == 3 and set(codes) <= {200, 486, 503}
+            calls = list(server.sip.agent.calls.values())
+            for call_id, answer in answers.items():
+                if answer.code == 200:
+                    peer.ack(answer, invites[call_id])
+                    peer.send(peer.request("BYE", call_id=call_id, to_tag=answer.to_address.parameters["tag"]))
+            await until(lambda: not server.sip.agent.calls and not server.calls)
+            assert all(call.rtp.transport.is_closing() for call in calls)
+
+
+async def test_rtp_from_an_unexpected_address_is_dropped():
+    async with fake_server(Limits(), heard="Hello?", sip=SIP) as (server, engine):
+        async with SipPeer(server.sip.agent.address[1]) as peer:
+            _, _, port = await call(peer)
+            rtp = next(iter(server.sip.agent.calls.values())).rtp
+            loop = asyncio.get_running_loop()
+            elsewhere, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.2", 0))
+            same_host, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+            try:
+                coded = PCMU.encode(to_pcm16(VOICE))
+                for n, i in enumerate(range(0, len(coded), 160)):  # another host: never the caller's
+                    elsewhere.sendto(bytes(RtpPacket(0, n, 160 * n, 7, coded[i:i + 160])), ("127.0.0.1", port))
+                await speak(peer, port, np.zeros(800, np.float32))  # the caller, from the port it offered ...
+                for n, i in enumerate(range(0, len(coded), 160)):  # ... so no other port of its host is taken
+                    same_host.sendto(bytes(RtpPacket(0, n, 160 * n, 7, coded[i:i + 160])), ("127.0.0.1", port))
+                await asyncio.sleep(1.0)
+                assert rtp.stray == 2 * (len(coded) // 160 + (len(coded) % 160 > 0))
+                assert not engine.requests  # the speech was never heard
+            finally:
+                elsewhere.close()
+                same_host.close()

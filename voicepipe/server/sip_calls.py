@@ -50,9 +50,13 @@ class SipCalls:
         return None
 
     def _start(self, call: SipCall) -> None:
-        self._admitted.discard(call)  # its session counts among the server's calls from its first step
         line = SipLine(call, self.server.runtime, self.control.sessions.pop(call, None))
         self.control.started(call)
-        task = asyncio.ensure_future(self.server.host(line, "sip", may_tune=False))
+        task = asyncio.ensure_future(self._serve(call, line))
         self._sessions.add(task)
         task.add_done_callback(lambda _: (self._sessions.discard(task), self.control.ended(call)))
+
+    async def _serve(self, call: SipCall, line: SipLine) -> None:
+        # Its place stops being held in the same step as its session joins the server's calls.
+        self._admitted.discard(call)
+        await self.server.host(line, "sip", may_tune=False)

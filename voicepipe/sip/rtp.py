@@ -119,6 +119,7 @@ class RtpStream(asyncio.DatagramProtocol):
     # -- inside ----------------------------------------------------------------------------------------------
     def _from_caller(self, addr: tuple) -> bool:
         if addr[:2] == tuple(self.remote):
+            self._latched = True  # the caller sends from where it said: no other port of its host is taken
             return True
         if not self._latched and addr[0] == self.remote[0]:  # behind a NAT: its port is the one it sends from
             self.remote, self._latched = (addr[0], addr[1]), True
