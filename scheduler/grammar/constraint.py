@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # a hint only: the command line loads this module (requests c
     import torch
 
 from scheduler.grammar.cache import GrammarCache, Key
+from scheduler.grammar.choice import choice_ebnf
 from scheduler.grammar.schema_limits import check_schema
 from scheduler.grammar.worker import GrammarWorker
 
@@ -98,17 +99,6 @@ def bounded(schema: Any) -> Any:
 
 def _digest(key: Key) -> bytes:
     return hashlib.blake2b(f"{key[0]}\0{key[1]}".encode(errors="surrogatepass"), digest_size=16).digest()
-
-
-def choice_ebnf(source: str) -> str:
-    """The EBNF of a choice list (ValueError if it is not a non-empty list of non-empty strings)."""
-    try:
-        options = json.loads(source)
-    except ValueError:
-        options = None
-    if not isinstance(options, list) or not options or not all(isinstance(o, str) and o for o in options):
-        raise ValueError("a choice grammar needs a non-empty list of non-empty strings")
-    return "root ::= " + " | ".join(json.dumps(o) for o in options)
 
 
 class Constraints:

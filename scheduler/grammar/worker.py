@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from scheduler.grammar.cache import Key
+from scheduler.grammar.choice import choice_ebnf
 
 log = logging.getLogger(__name__)
 JSON_OBJECT = '{"type": "object"}'  # any object: OpenAI's json_object mode
@@ -229,8 +230,6 @@ def serve(conn: Connection) -> None:
 def compile_grammar(compiler: Any, kind: str, source: str) -> Any:
     """One grammar, as the engine's masks read it. JSON is compact (no free whitespace): a small model
     cannot pad its answer with blank lines forever."""
-    from scheduler.grammar.constraint import choice_ebnf
-
     if kind == "json_schema":
         return compiler.compile_json_schema(source, any_whitespace=False, strict_mode=True)
     if kind == "json_object":

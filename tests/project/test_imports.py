@@ -1,8 +1,7 @@
-"""The import graph runs one way: no module of voicepipe/, scheduler/ or kernels/ imports, at load time,
-one that imports it back (imports inside functions do not count: they run after loading). Type-only
-imports (under TYPE_CHECKING) never fail at run time, but a circle through them is still two modules
-that each need the other: they are held to the same rule. And the layers hold: scheduler never imports
-voicepipe, kernels neither."""
+"""The import graph runs one way: no module of voicepipe/, scheduler/ or kernels/ imports one that imports
+it back. Type-only imports (under TYPE_CHECKING) and imports inside functions never fail at load time, but
+a circle through them is still two modules that each need the other: they are held to the same rule. And
+the layers hold: scheduler never imports voicepipe, kernels neither."""
 
 import ast
 from pathlib import Path
@@ -18,8 +17,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def load_time_imports(path: Path, name: str, known: set[str], types: bool = False) -> set[str]:
-    """The project modules `path` imports when it loads (with `types`, and those it imports for types)."""
+def load_time_imports(path: Path, name: str, known: set[str], types: bool = False, inside: bool = False
+                      ) -> set[str]:
+    """The project modules `path` imports when it loads (with `types`, and those it imports for types; with
+    `inside`, and those its functions import when they run)."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -32,6 +33,9 @@ def load_time_imports(path: Path, name: str, known: set[str], types: bool = Fals
                 visit(node.orelse)
             elif isinstance(node, ast.Try):
                 visit(node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body])
+            elif inside and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.With
+                                       | ast.AsyncWith | ast.For | ast.AsyncFor | ast.While):
+                visit(node.body + getattr(node, "orelse", []))
             elif isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -45,10 +49,10 @@ def load_time_imports(path: Path, name: str, known: set[str], types: bool = Fals
     return {m for m in found if m in known and m != name}
 
 
-def graph(types: bool = False) -> dict[str, set[str]]:
+def graph(types: bool = False, inside: bool = False) -> dict[str, set[str]]:
     paths = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
     known = set(paths)
-    edges = {name: load_time_imports(path, name, known, types) for name, path in paths.items()}
+    edges = {name: load_time_imports(path, name, known, types, inside) for name, path in paths.items()}
     for name in edges:  # importing a.b.c loads a and a.b first: the importer's own and those of what it imports
         ancestors = parents(name)
         edges[name] |= ancestors & known - {name}
@@ -82,9 +86,10 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("types", [False, True], ids=["load-time", "with-type-only"])
-def test_no_module_imports_one_that_imports_it_back(types: bool):
-    edges = graph(types)
+@pytest.mark.parametrize("types, inside", [(False, False), (True, False), (True, True)],
+                         ids=["load-time", "with-type-only", "with-imports-in-functions"])
+def test_no_module_imports_one_that_imports_it_back(types: bool, inside: bool):
+    edges = graph(types, inside)
     # a package's __init__ importing its own modules is how a package loads, not a circle through it
     edges = {n: {m for m in e if not n.startswith(m + ".")} for n, e in edges.items()}
     assert cycles(edges) == []
@@ -104,11 +109,13 @@ def test_a_circle_is_found():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_type_only_imports_are_seen(tmp_path: Path):
+def test_type_only_imports_and_imports_in_functions_are_seen(tmp_path: Path):
     module = tmp_path / "a.py"
-    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import b\nimport c\n")
-    assert load_time_imports(module, "a", {"b", "c"}) == {"c"}
-    assert load_time_imports(module, "a", {"b", "c"}, types=True) == {"b", "c"}
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import b\nimport c\n"
+                      "def f():\n    with open('x'):\n        import d\n")
+    assert load_time_imports(module, "a", {"b", "c", "d"}) == {"c"}
+    assert load_time_imports(module, "a", {"b", "c", "d"}, types=True) == {"b", "c"}
+    assert load_time_imports(module, "a", {"b", "c", "d"}, types=True, inside=True) == {"b", "c", "d"}
 
 
 def test_the_engine_bench_entry_point_loads_no_command_line():

@@ -28,3 +28,6 @@ class Engine(Protocol):
 
     def mean_job_seconds(self, kinds: tuple[str, ...]) -> float:
         """How long jobs of these kinds have taken, for pacing."""
+
+    def busy(self) -> bool:
+        """Work is in flight that a caller waits on: optional work (a partial transcript) had better wait."""
