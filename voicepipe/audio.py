@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import soxr
 
+SAMPLE_RATE = 16000  # the pipeline's rate: the VAD, the ASR and every call's audio inside
+
 try:
     import soundfile
 except ImportError:  # optional: the RIFF reader below covers WAV

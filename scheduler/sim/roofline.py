@@ -12,7 +12,7 @@ contexts, and 242 ms for a 2,048-token prompt; `voicepipe.simulate.public` compa
 row of that table that fits in memory.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from scheduler.sim.devices import KV_ITEMSIZE, Device, DType
 from scheduler.sim.shape import ModelShape
@@ -40,10 +40,6 @@ class Efficiency:
     def band(cls) -> dict[str, "Efficiency"]:
         """The central estimate and the two ends of its range (the slow end: low fractions, high overhead)."""
         return {"low": cls(0.62, 0.64, 3e-3), "central": cls(), "high": cls(0.74, 0.76, 0.5e-3)}
-
-    def scaled(self, factor: float) -> "Efficiency":
-        """Both fractions times `factor` (a device measured faster or slower than assumed)."""
-        return replace(self, mfu=self.mfu * factor, mbu=self.mbu * factor)
 
 
 class Roofline:

@@ -5,7 +5,7 @@ import pytest
 
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from voicepipe.backends.base import chat_prompt_ids
-from voicepipe.turns.end_of_turn import judged_prompt, probe_params, probe_position, sentence_end_tokens
+from voicepipe.pipeline.end_of_turn import judged_prompt, probe_params, probe_position, sentence_end_tokens
 
 CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there."},
                 {"role": "assistant", "content": "Hi! How can I help?"}]

@@ -13,10 +13,10 @@ from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
+from voicepipe.pipeline.detection import TurnDetection, check_update
 from voicepipe.pipeline.events import IdleTimedOut
 from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.server.realtime import RealtimeDialect
-from voicepipe.turns.detection import TurnDetection, check_update
 from voicepipe.turns.idle import IdleSpan, IdleWatch
 
 QUESTION = "What is the capital of France?"

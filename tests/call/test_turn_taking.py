@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from support.fake_call import QUESTION, SECOND, Call
 
+from voicepipe.audio import SAMPLE_RATE
+from voicepipe.pipeline.detection import TurnDetection
+from voicepipe.pipeline.end_of_turn import is_backchannel, judge_prompt, sentence_end_tokens, unpunctuated
 from voicepipe.pipeline.events import AudioIn
 from voicepipe.pipeline.requests import CommitRequested, ResponseRequested
 from voicepipe.protocol import ServerEvent
-from voicepipe.turns.detection import TurnDetection
-from voicepipe.turns.end_of_turn import is_backchannel, judge_prompt, sentence_end_tokens, unpunctuated
-from voicepipe.turns.endpointer import SAMPLE_RATE, WINDOW, Boundary
+from voicepipe.turns.endpointer import WINDOW, Boundary
 from voicepipe.turns.vad_stage import VADStage
 
 

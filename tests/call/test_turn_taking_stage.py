@@ -7,6 +7,7 @@ from support.fake_call import run_stage
 from support.fakes import FakeEngine, FakeTokenizer
 
 from voicepipe.pipeline import CallConfig, Conversation
+from voicepipe.pipeline.detection import TurnDetection
 from voicepipe.pipeline.events import (
     BargeInResolved,
     PlaybackPaused,
@@ -16,9 +17,8 @@ from voicepipe.pipeline.events import (
     TranscriptFinal,
 )
 from voicepipe.pipeline.turn import Turn
-from voicepipe.turns.detection import TurnDetection
+from voicepipe.pipeline.verdicts import DropSpeculation, Speculate, TurnEnded
 from voicepipe.turns.turn_taking import TurnTaking
-from voicepipe.turns.verdicts import DropSpeculation, Speculate, TurnEnded
 
 
 def stage(**config) -> TurnTaking:

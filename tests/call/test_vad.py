@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from voicepipe.audio import read_audio
-from voicepipe.turns.detection import TurnDetection
-from voicepipe.turns.endpointer import SAMPLE_RATE, Endpointer
+from voicepipe.audio import SAMPLE_RATE, read_audio
+from voicepipe.pipeline.detection import TurnDetection
+from voicepipe.turns.endpointer import Endpointer
 
 FRAME = SAMPLE_RATE // 50  # 20 ms, as clients send it
 

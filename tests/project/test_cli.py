@@ -10,8 +10,8 @@ import pytest
 
 from voicepipe.audio import read_audio
 from voicepipe.backends.base import chat_prompt_ids
-from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS, build_messages
 from voicepipe.cli import build_parser, main
+from voicepipe.pipeline.instructions import DEFAULT_INSTRUCTIONS, build_messages
 
 SAMPLE = Path(__file__).parents[2] / "voicepipe" / "samples" / "question.wav"
 

@@ -127,3 +127,28 @@ def test_the_engine_bench_entry_point_loads_no_command_line():
             seen.add(name)
             todo.extend(edges[name])
     assert not {m for m in seen if m.startswith("voicepipe.cli")}
+
+
+# The folders of voicepipe/ from the bottom floor up (with the scheduler and the kernels beneath them): a
+# module imports only its own folder and the floors below, never a folder beside it or above. The order is
+# written in docs/development.md.
+FLOORS = (("kernels",), ("scheduler",),
+          ("voicepipe", "ids", "audio", "wire_audio", "web_files", "samples", "metric_families"),
+          ("backends", "constrained", "sip"), ("mcp_servers",), ("protocol",), ("pipeline",), ("frontend", "turns"),
+          ("call",), ("server", "local"), ("cluster", "bench"), ("simulate",), ("cli",), ("__main__",))
+
+
+def folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "voicepipe" and len(parts) > 1 else parts[0]
+
+
+def test_each_folder_imports_only_the_floors_below_it_imports_in_functions_and_for_types_too():
+    floor = {name: level for level, names in enumerate(FLOORS) for name in names}
+    up = []
+    for module, imports in graph(types=True, inside=True).items():
+        here = folder(module)
+        assert here in floor, f"{here} (of {module}) is on no floor: add it to FLOORS and docs/development.md"
+        up += [f"{module} -> {m}" for m in imports if folder(m) != here and floor[folder(m)] >= floor[here]
+               and not module.startswith(m + ".")]  # its own packages load first: no arrow
+    assert up == []

@@ -10,8 +10,8 @@ from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from voicepipe.audio import read_audio
 from voicepipe.backends.base import chat_prompt_ids
 from voicepipe.backends.loading import DEFAULT_PRECISION
-from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS, build_messages
 from voicepipe.pipeline import CallConfig
+from voicepipe.pipeline.instructions import DEFAULT_INSTRUCTIONS, build_messages
 
 NUMBERS = {"three": "3", "seven": "7", "eight": "8", "24": "twenty-four", "32": "thirty-two", "60": "sixty",
            "100": "hundred"}

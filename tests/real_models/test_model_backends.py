@@ -4,7 +4,7 @@ import numpy as np
 
 from voicepipe.audio import read_audio, resample, to_float32
 from voicepipe.backends.base import GenerationParams, chat_prompt_ids
-from voicepipe.call.instructions import build_messages
+from voicepipe.pipeline.instructions import build_messages
 from voicepipe.pipeline.sentence_split import split_ready
 
 QUESTION = "What is the capital of France?"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from scheduler.config import EngineConfig
-from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.call.limits import Limits
 from voicepipe.cli import build_parser, main
+from voicepipe.pipeline.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.server.settings import ServeSettings, SettingsError, is_loopback, load_settings
 
 

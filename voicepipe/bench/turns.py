@@ -29,9 +29,9 @@ from voicepipe.bench.turn_set import ESPEAK_VOICES, RATE, Sample, espeak_audio, 
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.pipeline import CallConfig, Conversation
+from voicepipe.pipeline.end_of_turn import end_probability, unpunctuated
 from voicepipe.protocol import ServerEvent
 from voicepipe.server import VoiceServer
-from voicepipe.turns.end_of_turn import end_probability, unpunctuated
 
 log = logging.getLogger(__name__)
 CAUGHT = 0.9  # the share of finished sentences a detector must catch; its false cut-offs are read there
@@ -68,7 +68,7 @@ def waits(eagerness, complete: list[float], cut: list[float], cut_pauses: list[f
 
 
 async def decisions(runtime: Runtime, samples: list[Sample]) -> dict:
-    from voicepipe.turns.detection import EAGERNESS
+    from voicepipe.pipeline.detection import EAGERNESS
 
     pause = np.zeros(int(PAUSE_S * RATE), np.float32)
     smart_turn = load_smart_turn()

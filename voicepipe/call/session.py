@@ -10,6 +10,8 @@ from typing import Any
 
 from scheduler import KNOBS
 from scheduler.channel.client import EngineUnavailable
+from voicepipe.audio import SAMPLE_RATE
+from voicepipe.call import client_events
 from voicepipe.call.limits import Limits
 from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
@@ -28,9 +30,8 @@ from voicepipe.pipeline.requests import (
     ToolsListed,
 )
 from voicepipe.pipeline.turn_metrics import turn_metrics
-from voicepipe.protocol import ClientEvent, ServerEvent, client_events, server_events
+from voicepipe.protocol import ClientEvent, ServerEvent, server_events
 from voicepipe.protocol.transport import Disconnected, Transport
-from voicepipe.turns.endpointer import SAMPLE_RATE
 
 log = logging.getLogger(__name__)
 # Client events with nothing to check: the request each makes, given the event's id.

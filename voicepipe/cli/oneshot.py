@@ -63,7 +63,7 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    from voicepipe.call.instructions import build_messages
+    from voicepipe.pipeline.instructions import build_messages
 
     llm = load_llm_backend(args)
 
@@ -87,10 +87,9 @@ def add_turn_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_turn_command(args: argparse.Namespace) -> int:
     """One turn of a call, from a file: the server's pipeline on this machine's engine."""
-    from voicepipe.audio import read_audio, write_wav
+    from voicepipe.audio import SAMPLE_RATE, read_audio, write_wav
     from voicepipe.local.recorded_turn import run_turn
     from voicepipe.pipeline import CallConfig
-    from voicepipe.turns.endpointer import SAMPLE_RATE
 
     read_audio(args.input, SAMPLE_RATE)  # fail on bad input before minutes of loading
     runtime = load_runtime(args)

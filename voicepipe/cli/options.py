@@ -11,7 +11,7 @@ from scheduler.policies import POLICIES, call_policies
 from voicepipe.backends.arguments import add_llm_model_arguments
 from voicepipe.backends.base import LLM, GenerationParams
 from voicepipe.backends.loading import ModelOptions
-from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
+from voicepipe.pipeline.instructions import DEFAULT_INSTRUCTIONS
 
 if TYPE_CHECKING:  # it imports torch: only when a command runs
     from voicepipe.call.runtime import Runtime

@@ -12,11 +12,11 @@ Building the parser imports nothing heavy; the engine and torch load when a run 
 import argparse
 import sys
 
+from scheduler.policies import POLICIES
 from voicepipe.cli.command import UsageError
 
 ACTIONS = ("run", "calibrate", "validate", "seed", "public")
 WORKLOADS = ("seed", "poisson", "burst", "all-at-once", "trace", "none")
-POLICIES = ("static", "fcfs", "o4")
 
 
 def token_range(text: str) -> tuple[int, int]:
@@ -56,7 +56,8 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-tokens", type=token_range, metavar="A-B", help="output lengths, uniform")
     parser.add_argument("--burst-size", type=int, default=32, help="burst: requests arriving together")
     parser.add_argument("--trace", metavar="FILE", help="JSON lines of arrival_s, prompt_tokens, output_tokens")
-    parser.add_argument("--policy", default=",".join(POLICIES), help="comma-separated: static, fcfs, o4")
+    parser.add_argument("--policy", default=",".join(POLICIES),
+                        help=f"comma-separated, of {', '.join(POLICIES)} (default: all of them)")
     parser.add_argument("--max-batch-tokens", type=int, metavar="N", help="the token knob (default: the engine's)")
     parser.add_argument("--max-batch-seqs", type=int, metavar="N", help="the sequence knob (default: the engine's)")
     parser.add_argument("--static-batch-size", type=int, metavar="N", help="static's batch (default 32 on a GPU)")

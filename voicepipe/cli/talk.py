@@ -29,7 +29,7 @@ def run_talk(args: argparse.Namespace) -> int:
     timeout, until the assistant has said goodbye to silence."""
     from voicepipe.local.talk import find_devices, talk
     from voicepipe.pipeline import CallConfig
-    from voicepipe.turns.detection import check_update
+    from voicepipe.pipeline.detection import check_update
 
     config = CallConfig()
     idle = {"idle_timeout_ms": None if args.idle_timeout is None else int(args.idle_timeout * 1000),

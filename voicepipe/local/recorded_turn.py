@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voicepipe.audio import read_audio, to_pcm16
+from voicepipe.audio import SAMPLE_RATE, read_audio, to_pcm16
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
@@ -19,7 +19,6 @@ from voicepipe.pipeline import CallConfig
 from voicepipe.pipeline.turn import Mark
 from voicepipe.protocol import ServerEvent
 from voicepipe.protocol.transport import Disconnected
-from voicepipe.turns.endpointer import SAMPLE_RATE
 
 FRAME = SAMPLE_RATE // 50  # 20 ms, as a microphone sends
 TRAILING_SILENCE_S = 2.0  # enough for the endpointer to hear the end of the question

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import numpy as np
 import soxr
 
+from voicepipe.audio import SAMPLE_RATE
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
@@ -31,7 +32,6 @@ from voicepipe.local.playback import PlaybackBuffer
 from voicepipe.pipeline import CallConfig
 from voicepipe.protocol import ServerEvent
 from voicepipe.protocol.transport import Disconnected
-from voicepipe.turns.endpointer import SAMPLE_RATE
 
 FRAME_S = 0.02  # microphone frames of 20 ms, as the browser client sends them
 PLAYBACK_S = 120.0  # room for more than the longest reply: synthesis runs well ahead of playback

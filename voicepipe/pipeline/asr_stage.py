@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scheduler import RequestClass
-from voicepipe.audio import resample
+from voicepipe.audio import SAMPLE_RATE, resample
 from voicepipe.backends.loading import ASR_FINAL, ASR_PARTIAL
 from voicepipe.pipeline.agreement import Agreement
 from voicepipe.pipeline.config import CallConfig
@@ -25,7 +25,6 @@ from voicepipe.pipeline.events import (
     TranscriptFinal,
 )
 from voicepipe.pipeline.stage import Stage
-from voicepipe.turns.endpointer import SAMPLE_RATE
 
 MIN_PARTIAL_S = 0.5  # shorter audio gives Whisper too little to say anything stable
 # Partial passes take at most one part in PARTIAL_SHARE of the time: a pass still running when the caller

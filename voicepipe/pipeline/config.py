@@ -3,10 +3,10 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.constrained.tools import Tool
 from voicepipe.mcp_servers.spec import ServerSpec
-from voicepipe.turns.detection import TurnDetection
+from voicepipe.pipeline.detection import TurnDetection
+from voicepipe.pipeline.instructions import DEFAULT_INSTRUCTIONS
 
 
 @dataclass(slots=True)

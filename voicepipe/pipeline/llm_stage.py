@@ -10,6 +10,7 @@ from voicepipe.constrained import tools
 from voicepipe.mcp_servers.toolbox import Toolbox
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.end_of_turn import probe_position_for
 from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     BargeInResolved,
@@ -43,8 +44,7 @@ from voicepipe.pipeline.responder import Responder
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.tool_wait import ToolWait
 from voicepipe.pipeline.turn import Mark, Turn
-from voicepipe.turns.end_of_turn import probe_position_for
-from voicepipe.turns.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
+from voicepipe.pipeline.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
 
 VERDICTS = TurnEnded | Speculate | DropSpeculation  # turn-taking's, for this stage alone
 ACTED_ON = VERDICTS | BargeInResolved | IdleTimedOut  # passed on by their handlers, if at all

@@ -16,6 +16,7 @@ from voicepipe.ids import new_id
 from voicepipe.mcp_servers.toolbox import Toolbox
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.end_of_turn import probe_params
 from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     ApprovalRequested,
@@ -27,7 +28,6 @@ from voicepipe.pipeline.events import (
     TextDelta,
 )
 from voicepipe.pipeline.turn import Mark, Reply, Turn
-from voicepipe.turns.end_of_turn import probe_params
 
 # Plain words: no markup, so nothing a call or JSON could be written with (unbounded: a bound on the
 # repetition took the compiler past its budget; the reply's token limit bounds it instead).

@@ -1,4 +1,4 @@
-"""The client's requests, as the pipeline carries them: each made from a client event (voicepipe.protocol.client_events)
+"""The client's requests, as the pipeline carries them: each made from a client event (voicepipe.call.client_events)
 and handled by the stage that owns what it asks about."""
 
 from dataclasses import dataclass, field

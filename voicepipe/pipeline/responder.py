@@ -18,7 +18,7 @@ from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
 from voicepipe.pipeline.server_calls import ServerCalls
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn
-from voicepipe.turns.verdicts import Probed
+from voicepipe.pipeline.verdicts import Probed
 
 
 class Responder:

@@ -1,11 +1,11 @@
 """The calls' own metrics (time to first audio, deadlines, underruns, stage times), registered by the
 pipeline on the engine's registry so that /metrics shows them beside the engine's."""
 
-import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from scheduler.metrics import FAST
+from voicepipe.metric_families import once_per_registry
 
 
 class TurnMetrics:
@@ -35,11 +35,4 @@ class TurnMetrics:
             self.waterfall.labels(stage).observe(seconds)
 
 
-_made: "weakref.WeakKeyDictionary[CollectorRegistry, TurnMetrics]" = weakref.WeakKeyDictionary()
-
-
-def turn_metrics(registry: CollectorRegistry) -> TurnMetrics:
-    """The registry's turn metrics, made once: every call of a server shares them."""
-    if registry not in _made:
-        _made[registry] = TurnMetrics(registry)
-    return _made[registry]
+turn_metrics = once_per_registry(TurnMetrics)  # every call of a server shares the registry's

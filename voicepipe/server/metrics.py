@@ -1,8 +1,9 @@
 """The server's own metrics, on the engine's registry so /metrics shows everything at once."""
 
-import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from voicepipe.metric_families import once_per_registry
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32)
@@ -27,11 +28,4 @@ class CallMetrics:
                                       registry=registry)
 
 
-_made: "weakref.WeakKeyDictionary[CollectorRegistry, CallMetrics]" = weakref.WeakKeyDictionary()
-
-
-def call_metrics(registry: CollectorRegistry) -> CallMetrics:
-    """The registry's call metrics, made once: several servers may share one engine (as tests do)."""
-    if registry not in _made:
-        _made[registry] = CallMetrics(registry)
-    return _made[registry]
+call_metrics = once_per_registry(CallMetrics)  # every call of a server shares the registry's

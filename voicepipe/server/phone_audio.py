@@ -5,7 +5,7 @@ TTS's rate to the call's G.711."""
 import numpy as np
 import soxr
 
-from voicepipe.turns.endpointer import SAMPLE_RATE
+from voicepipe.audio import SAMPLE_RATE
 from voicepipe.wire_audio import WireAudio
 
 

@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 import soxr
 
+from voicepipe.audio import SAMPLE_RATE
+from voicepipe.call import client_events
 from voicepipe.call.runtime import Runtime
 from voicepipe.ids import new_id
-from voicepipe.protocol import ClientEvent, ServerEvent, client_events, server_events
+from voicepipe.protocol import ClientEvent, ServerEvent, server_events
 from voicepipe.protocol.transport import Transport
 from voicepipe.server.realtime_session import (
     PCM,
@@ -29,7 +31,6 @@ from voicepipe.server.realtime_session import (
     ga_session,
     native_update,
 )
-from voicepipe.turns.endpointer import SAMPLE_RATE
 from voicepipe.wire_audio import WireAudio
 
 log = logging.getLogger(__name__)

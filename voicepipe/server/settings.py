@@ -22,9 +22,9 @@ from scheduler.config import KNOBS as KNOB_RANGES
 from scheduler.policies import call_policies
 from voicepipe.backends.loading import DEVICES, PRECISIONS
 from voicepipe.backends.tts_select import TTS_CHOICES
-from voicepipe.call.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.call.limits import Limits
 from voicepipe.mcp_servers.spec import McpPolicy
+from voicepipe.pipeline.instructions import DEFAULT_INSTRUCTIONS
 from voicepipe.server.listen import is_loopback
 from voicepipe.server.security import Security
 

@@ -5,6 +5,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from scheduler.policies import POLICIES
 from scheduler.sim import Efficiency
 from voicepipe.simulate.calls import CallLoad
 from voicepipe.simulate.costs import CPU, FITTED, priced
@@ -27,9 +28,10 @@ def text_load(args: argparse.Namespace) -> TextLoad | None:
 
 def scenarios(args: argparse.Namespace) -> dict[str, Scenario]:
     policies = [p for p in args.policy.split(",") if p]
-    unknown = set(policies) - {"static", "fcfs", "o4"}
+    unknown = set(policies) - set(POLICIES)
     if unknown or not policies:
-        raise ValueError(f"unknown policies {', '.join(sorted(unknown)) or '(none)'}; choose from static, fcfs, o4")
+        raise ValueError(f"unknown policies {', '.join(sorted(unknown)) or '(none)'}; "
+                         f"choose from {', '.join(POLICIES)}")
     knobs = {k: v for k, v in (("max_batch_tokens", args.max_batch_tokens), ("max_batch_seqs", args.max_batch_seqs))
              if v is not None}
     static = args.static_batch_size or (None if args.device == CPU else 32)

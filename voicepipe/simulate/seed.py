@@ -16,8 +16,7 @@ A100-80G and an H100 priced by the roofline:
 import logging
 from dataclasses import replace
 
-import numpy as np
-
+from scheduler.policies import POLICIES
 from scheduler.sim import Efficiency
 from voicepipe.simulate.calls import CallLoad
 from voicepipe.simulate.costs import JobPrices, model_shape, priced
@@ -27,7 +26,6 @@ from voicepipe.simulate.text import SEED
 log = logging.getLogger(__name__)
 KNOBS = {"max_batch_tokens": 4096, "max_batch_seqs": 256}  # the article's scheduler sketch's budgets
 ENGINE = {"static_batch_size": 32}  # its baseline: a fixed batch of 32
-POLICIES = ("static", "fcfs", "o4")
 SLO = (2.0, 0.1)
 # o4's step limits while calls are live, sized for a GPU: its defaults (64 and 32 prompt tokens a step)
 # are sized for this CPU, where 64 tokens take a quarter of a second; on an H100 1,024 take ~10 ms.
@@ -91,6 +89,11 @@ def arithmetic() -> dict:
             "offered_at_200_per_s_pflop_s": 200 * per_request / 1e15}
 
 
+def voice_policies() -> list[tuple[str, str, dict]]:
+    """(row name, policy, engine changes) of the voice rows: every policy as it is, and o4 sized for a GPU."""
+    return [*((name, name, {}) for name in POLICIES), ("o4-gpu", "o4", GPU_O4)]
+
+
 def voice(device: str, text_rate: float, calls_grid: list[int], duration_s: float, turns: int,
           tts_scale: float = 1.0) -> list[dict]:
     """Calls beside the seed's text traffic at `text_rate`, per policy (o4 as it is, and sized for a GPU)."""
@@ -99,8 +102,7 @@ def voice(device: str, text_rate: float, calls_grid: list[int], duration_s: floa
         target.jobs = JobPrices(target.jobs.asr_final_s, target.jobs.tts_per_audio_s * tts_scale, target.jobs.about)
     rows = []
     for calls in calls_grid:
-        for name, policy, engine in (("static", "static", {}), ("fcfs", "fcfs", {}), ("o4", "o4", {}),
-                                     ("o4-gpu", "o4", GPU_O4)):
+        for name, policy, engine in voice_policies():
             s = scenario(policy, text_rate, duration_s, calls=CallLoad(calls=calls, turns=turns), engine=engine)
             report = simulate(s, target)
             c, t = report["calls"], report["text"]
@@ -141,8 +143,7 @@ def experiment(quick: bool = False) -> dict:
     grid = [4, 16, 32] if quick else [8, 16, 24, 32, 48, 64]
     report["voice"] = {"device": "h100", "text_rate_per_s": round(0.5 * h100, 2),
                        "rows": voice("h100", round(0.5 * h100, 2), grid, 40.0 if quick else 90.0, 3 if quick else 4)}
-    report["voice"]["most_calls"] = {p: most_calls(report["voice"]["rows"], p)
-                                     for p in ("static", "fcfs", "o4", "o4-gpu")}
+    report["voice"]["most_calls"] = {name: most_calls(report["voice"]["rows"], name) for name, _, _ in voice_policies()}
     return report
 
 
@@ -198,6 +199,3 @@ def print_experiment(report: dict) -> None:
               f"{r['text_ttft_p99_s']:.2f} s")
     print("\nAll GPU figures are a model's (the roofline, no GPU measured): read them +-25%; docs/simulator.md.")
 
-
-def ratio_summary(values: list[float]) -> str:
-    return f"{np.mean(values):.2f} (range {min(values):.2f}-{max(values):.2f})"

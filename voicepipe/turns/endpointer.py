@@ -19,10 +19,10 @@ from typing import Literal
 
 import numpy as np
 
+from voicepipe.audio import SAMPLE_RATE
 from voicepipe.backends.threads import onnx_options
-from voicepipe.turns.detection import TurnDetection
+from voicepipe.pipeline.detection import TurnDetection
 
-SAMPLE_RATE = 16000
 WINDOW = 512  # samples per Silero window at 16 kHz (32 ms)
 CONTEXT = 64  # samples of the previous window the model sees before each window
 WINDOW_MS = 1000 * WINDOW // SAMPLE_RATE

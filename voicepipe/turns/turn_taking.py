@@ -13,6 +13,7 @@ from typing import Any
 
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
+from voicepipe.pipeline.end_of_turn import end_probability, is_backchannel, judged_ids
 from voicepipe.pipeline.engine_port import Engine
 from voicepipe.pipeline.events import (
     BargeInResolved,
@@ -33,9 +34,8 @@ from voicepipe.pipeline.events import (
 )
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
-from voicepipe.turns.end_of_turn import end_probability, is_backchannel, judged_ids
+from voicepipe.pipeline.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
 from voicepipe.turns.own_voice import OwnVoice
-from voicepipe.turns.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
 
 
 class TurnTaking(Stage):

@@ -3,6 +3,7 @@ has spoken over the assistant long enough to stop it."""
 
 import time
 
+from voicepipe.audio import SAMPLE_RATE
 from voicepipe.ids import new_id
 from voicepipe.pipeline.events import (
     AudioIn,
@@ -23,7 +24,7 @@ from voicepipe.pipeline.events import (
 )
 from voicepipe.pipeline.requests import ClearRequested, CommitRequested, SessionUpdate
 from voicepipe.pipeline.stage import Stage
-from voicepipe.turns.endpointer import SAMPLE_RATE, WINDOW_MS, Boundary, Endpointer
+from voicepipe.turns.endpointer import WINDOW_MS, Boundary, Endpointer
 from voicepipe.turns.idle import IdleWatch
 
 # Speech the caller must keep up over the assistant before its audio stops: longer than a click or most

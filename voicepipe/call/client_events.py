@@ -14,6 +14,7 @@ from voicepipe.audio import to_float32
 from voicepipe.constrained import tools
 from voicepipe.mcp_servers.spec import McpPolicy, ServerSpec, parse_server
 from voicepipe.pipeline.config import CallConfig
+from voicepipe.pipeline.detection import check_update
 from voicepipe.pipeline.events import AudioIn
 from voicepipe.pipeline.requests import (
     ApprovalGiven,
@@ -26,7 +27,6 @@ from voicepipe.pipeline.requests import (
     TruncateRequested,
 )
 from voicepipe.protocol.server_events import error, function_call_item, function_call_output_item
-from voicepipe.turns.detection import check_update
 
 MAX_TEXT = 8000  # characters of instructions, of a message or of a function's output
 MAX_METADATA = 16  # pairs, as OpenAI's
