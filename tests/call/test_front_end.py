@@ -83,6 +83,9 @@ async def ask(call: Call) -> None:
                     SpeechStopped("item_q", 1000, now, RATE))
 
 
+# The calls in a room run 5.5 s in real time, and the canceller's alignment needs the caller's frames on
+# time: a loop held up by a busy neighbour sends them in bursts. They run in the slow lane, alone.
+@pytest.mark.slow
 @pytest.mark.parametrize("echo", [True, False])
 async def test_the_replys_echo_at_the_callers_level_is_no_speech_with_the_canceller_on(echo):
     call = Call(reply="Paris is the capital of France. It is a big city.", tts=VoiceTTS(), echo_cancellation=echo)
@@ -99,6 +102,7 @@ async def test_the_replys_echo_at_the_callers_level_is_no_speech_with_the_cancel
         await call.close()
 
 
+@pytest.mark.slow
 async def test_a_real_interruption_over_the_echo_still_cancels_the_reply():
     call = Call(reply="Paris is the capital of France. It is a big city. It has many museums.", tts=VoiceTTS())
     try:

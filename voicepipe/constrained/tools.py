@@ -57,7 +57,7 @@ def parse_tools(raw: Any, where: str = "tools", nested: bool = True, servers: bo
         if servers and isinstance(entry, dict) and entry.get("type") == "mcp":
             continue
         if not isinstance(entry, dict) or entry.get("type") != "function":
-            also = " and 'mcp' (in session.tools)" if where.endswith(("session.tools", "response.tools")) else ""
+            also = " and 'mcp'" if servers else ""
             raise ValueError(f"{at}.type: only 'function'{also} tools are supported")
         spec = entry.get("function") if nested else entry
         at = f"{at}.function" if nested else at

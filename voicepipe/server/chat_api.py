@@ -7,6 +7,8 @@ scheduler serves first, so a busy text API does not make a caller wait.
 import asyncio
 import time
 import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 from fastapi import APIRouter, FastAPI, Request
@@ -26,6 +28,7 @@ from voicepipe.call.runtime import Runtime
 from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
 from voicepipe.ids import new_id
+from voicepipe.server.chat_mcp import ChatServers, McpRefused, answered, mcp_entries
 from voicepipe.server.completion import Completion
 from voicepipe.server.methods import FALLBACK
 from voicepipe.server.metrics import CallMetrics
@@ -118,13 +121,15 @@ class ChatRequest(BaseModel):
         asked = {"logprobs": bool(self.logprobs), "top_logprobs": bool(self.top_logprobs), "n": (self.n or 1) > 1}
         return next((name for name, wanted in asked.items() if wanted), None)
 
-    def structure(self) -> "tuple[list[tools.Tool], str | None, Grammar | None, list[tuple[str, Grammar]]]":
-        """(tools, tool choice, grammar, what must compile first by field): what the reply must look like.
-        ValueError("param: why") names the field at fault."""
+    def structure(self, served: "list[tools.Tool] | None" = None
+                  ) -> "tuple[list[tools.Tool], str | None, Grammar | None, list[tuple[str, Grammar]]]":
+        """(tools, tool choice, grammar, what must compile first by field): what the reply must look like,
+        `served` the tools of its MCP servers beside its functions. ValueError("param: why") names the field
+        at fault."""
         if self.legacy and (self.tools or self.tool_choice is not None):
             raise ValueError("functions: give tools or the deprecated functions, not both")
         given = [{"type": "function", "function": f} for f in self.functions or []] if self.legacy else self.tools
-        found = tools.parse_tools(given) if given else []
+        found = (tools.parse_tools(given, servers=True) if given else []) + list(served or [])
         choice = tools.choose(found, legacy_choice(self.function_call) if self.legacy else self.tool_choice)
         if choice is not None:
             if self.response_format and self.response_format.get("type", "text") != "text":
@@ -191,6 +196,7 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
     # Text requests admitted and not yet finished: a stream's body, or a token while a whole answer is
     # written. Weak, so a stream whose client left before it began (its body never run) is not counted on.
     in_flight: weakref.WeakSet = weakref.WeakSet()
+    closings: set[asyncio.Task] = set()  # the MCP servers of finished streams, closing
     created = int(time.time())
 
     @router.get("/models")
@@ -220,6 +226,7 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
         except ValueError as e:
             code = "schema_too_complex" if isinstance(e, SchemaTooComplex) else "invalid_value"
             return counted(openai_error(400, str(e), code, str(e).split(":")[0]))
+        entries = [] if body.legacy else mcp_entries(body.tools)
         if not runtime.engine.alive:
             return counted(openai_error(503, "the engine is restarting; try again in a few seconds",
                                         "engine_unavailable", kind="server_error"))
@@ -230,7 +237,18 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
             return counted(response)
         ticket = Ticket()  # its place among the text requests, from its grammars' compile to its answer
         in_flight.add(ticket)
+        servers: ChatServers | None = None
         try:
+            if entries:  # its MCP servers' tools join its functions
+                try:
+                    servers = await ChatServers.connect(entries, runtime.mcp, {t.name for t in found})
+                    found, choice, params.grammar, wanted = body.structure(servers.tools)
+                except McpRefused as e:
+                    return counted(openai_error(e.status, str(e), "mcp_unavailable" if e.status == 424
+                                                else "invalid_value", e.param))
+                except ValueError as e:
+                    code = "schema_too_complex" if isinstance(e, SchemaTooComplex) else "invalid_value"
+                    return counted(openai_error(400, str(e), code, str(e).split(":")[0]))
             try:
                 await grammars.prepare(runtime.engine, wanted)
             except FieldRefused as e:
@@ -248,21 +266,45 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
                                             f"most {limit}", "context_length_exceeded", "messages"))
             params.max_tokens = min(params.max_tokens, limit - len(prompt))
             completion = Completion(new_id("chatcmpl"), model_id, len(prompt), calls=choice is not None,
-                                    legacy=body.legacy)
+                                    legacy=body.legacy, served=servers.names if servers else frozenset())
             stream = runtime.engine.generate(prompt, params, RequestClass.INTERACTIVE)
+            if servers is not None:
+                stream = answered(stream, completion, servers, answer_after(
+                    [m.as_chat() for m in body.messages], replace(params, grammar=None), limit))
             metrics.api_requests.labels("chat.completions", "200").inc()
             if body.stream:
                 usage = body.stream_options is not None and bool(body.stream_options.include_usage)
-                events = completion.sse(stream, usage, lambda: in_flight.discard(events))
+                held, servers = servers, None  # the stream closes them when it ends
+                events = completion.sse(stream, usage, lambda: finished(events, held))
                 in_flight.add(events)
                 return StreamingResponse(events, media_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache"})
             await until_done_or_gone(completion.collect(stream), request)
         finally:
             in_flight.discard(ticket)
+            if servers is not None:
+                await servers.close()
         if completion.error is not None:
             return counted(openai_error(500, completion.error, "engine_error", kind="server_error"))
         return completion.whole()
+
+    def answer_after(messages: list[dict[str, str]], params: SamplingParams, limit: int
+                     ) -> Callable[[list[dict]], Awaitable[tuple[int, AsyncIterator]]]:
+        """How the answer after the servers' results is asked: the chat so far without the tools'
+        descriptions (no call may follow), the calls and results, words only."""
+        async def answer(ran: list[dict]) -> tuple[int, AsyncIterator]:
+            prompt = await asyncio.to_thread(chat_prompt_ids, runtime.tokenizer,
+                                             messages + [Message(**m).as_chat() for m in ran])
+            room = replace(params, max_tokens=max(1, min(params.max_tokens, limit - len(prompt))))
+            return len(prompt), runtime.engine.generate(prompt, room, RequestClass.INTERACTIVE)
+        return answer
+
+    def finished(events: Any, servers: ChatServers | None) -> None:
+        in_flight.discard(events)
+        if servers is not None:
+            closing = asyncio.ensure_future(servers.close())
+            closings.add(closing)
+            closing.add_done_callback(closings.discard)
 
     def counted(response: JSONResponse) -> JSONResponse:
         metrics.api_requests.labels("chat.completions", str(response.status_code)).inc()

@@ -13,14 +13,19 @@ from voicepipe.constrained import tools
 class Completion:
     """One answer as it streams: its text, finish reason and token counts, in either response shape."""
 
-    def __init__(self, id: str, model: str, prompt_tokens: int, calls: bool = False, legacy: bool = False) -> None:
+    def __init__(self, id: str, model: str, prompt_tokens: int, calls: bool = False, legacy: bool = False,
+                 served: frozenset[str] = frozenset()) -> None:
         self.id, self.model, self.prompt_tokens = id, model, prompt_tokens
         self.legacy = legacy  # asked with the deprecated `functions`: a call comes back as `function_call`
+        self.served = served  # tools the server runs (MCP): their calls are not the client's to see
+        self._hiding = False  # the call being streamed is one of them
         self.created = int(time.time())
         self.text, self.tokens, self.finish_reason = "", 0, None
         self.error: str | None = None  # why the engine failed the request, if it did
         self.parser = tools.FunctionCallParser() if calls else None  # the reply may call a tool
         self.calls_started = 0
+        self.mcp_calls: list[dict] = []  # what the server ran for it, as `mcp_call` items
+        self._made: list[tools.FunctionCall] = []  # the client's calls of a reply answered since
 
     def add(self, text: str, finish_reason: str | None, token: bool) -> list[dict]:
         """Take one output; the deltas it makes, as a stream sends them."""
@@ -28,7 +33,7 @@ class Completion:
         pieces = [("text", text)] if self.parser is None else self.parser.feed(text)
         if finish_reason is not None:
             pieces += self.parser.flush() if self.parser is not None else []
-            calls = self.parser is not None and self.parser.calls
+            calls = bool(self.calls)
             called = "function_call" if self.legacy else "tool_calls"
             self.finish_reason = called if calls and finish_reason == "stop" else \
                 finish_reason if finish_reason in ("stop", "length") else "error"
@@ -36,9 +41,13 @@ class Completion:
                 self.error = finish_reason.removeprefix("error: ")
         deltas = []
         for kind, value in pieces:
+            if kind == "start":
+                self._hiding = value.name in self.served
             if kind == "text" and value:
                 self.text += value
                 deltas.append({"content": value})
+            elif kind in ("start", "arguments") and self._hiding:
+                continue  # a call the server runs: not the client's
             elif kind == "start" and self.legacy:
                 deltas.append({"function_call": {"name": value.name, "arguments": ""}})
             elif kind == "start":
@@ -57,9 +66,23 @@ class Completion:
             async for out in outputs:
                 self.add(out.text, out.finish_reason, out.token_id is not None)
 
+    @property
+    def calls(self) -> list[tools.FunctionCall]:
+        """The client's calls: those the reply made (its server's tools' left out)."""
+        made = self._made + (self.parser.calls if self.parser is not None else [])
+        return [c for c in made if c.name not in self.served]
+
+    def answering(self, prompt_tokens: int) -> None:
+        """The server ran the reply's calls to its tools: an answer of words follows, from a prompt of
+        `prompt_tokens` more."""
+        self._made, self.parser = self.calls, None
+        self.prompt_tokens += prompt_tokens
+        self.finish_reason = None
+        self.text += " " if self.text and not self.text[-1].isspace() else ""
+
     def message(self) -> dict:
         """The whole answer: its text (None when it only called a tool) and its calls."""
-        calls = self.parser.calls if self.parser is not None else []
+        calls = self.calls
         message: dict[str, Any] = {"role": "assistant", "content": self.text.strip() or None if calls else self.text,
                                    "refusal": None}
         if calls and self.legacy:
@@ -67,6 +90,8 @@ class Completion:
         elif calls:
             message["tool_calls"] = [{"id": c.call_id, "type": "function",
                                       "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        if self.mcp_calls:
+            message["mcp_calls"] = self.mcp_calls
         return message
 
     def usage(self) -> dict:
