@@ -214,3 +214,23 @@ def test_the_first_conversion_shows_a_progress_bar_on_stderr(tmp_path, monkeypat
     assert "voicepipe: converting tiny.gguf to float32 (once)" in err and "3/3" in err, err
     assert models._float32_checkpoint(gguf) == converted
     assert capfd.readouterr().err == ""  # cached: no bar again
+
+
+def test_sip_settings_take_a_port_alone_on_loopback_and_refuse_what_would_answer_nobody(capsys):
+    assert settings().sip_settings() is None
+    sip = settings("--sip", "5070", "--sip-rtp-ports", "10000-10009").sip_settings()
+    assert (sip.host, sip.port, sip.rtp_ports, sip.allow) == ("127.0.0.1", 5070, range(10000, 10010),
+                                                              ("127.0.0.0/8", "::1/128"))
+    pbx = settings("--sip", "0.0.0.0:5060", "--sip-allow", "192.168.1.10", "--sip-advertise", "192.168.1.20",
+                   "--sip-register", "sip:bot:pw@pbx.example.com").sip_settings()
+    assert pbx.allow == ("192.168.1.10",) and pbx.advertise == "192.168.1.20" and pbx.register.host == "pbx.example.com"
+    for flags, says in ((("--sip", "0.0.0.0:5060"), "would refuse every caller"),
+                        (("--sip-webhook", "http://127.0.0.1:9000/calls"), "--sip HOST:PORT as well"),
+                        (("--sip", "5060", "--sip-user", "pbx"), "go together")):
+        with pytest.raises(SettingsError, match=says):
+            settings(*flags)
+    for flags in (("--sip", "host:port"), ("--sip", "5060", "--sip-rtp-ports", "20-10"),
+                  ("--sip", "5060", "--sip-allow", "not-a-network"), ("--sip", "5060", "--sip-register", "sip:pbx")):
+        with pytest.raises(SystemExit):
+            settings(*flags)
+    capsys.readouterr()

@@ -74,7 +74,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"how long one MCP tool call may take (default: {DEFAULTS.mcp_timeout:g})")
     phone = parser.add_argument_group("phone calls over SIP")
     phone.add_argument("--sip", type=flag_type("sip"), metavar="HOST:PORT",
-                       help="answer SIP calls (UDP) here, e.g. 127.0.0.1:5060 (default: off)")
+                       help="answer SIP calls (UDP) here, e.g. 0.0.0.0:5060, or a port alone on 127.0.0.1 "
+                       "(default: off)")
     phone.add_argument("--sip-allow", dest="sip_allow", action="append", type=flag_type("sip_allow"),
                        metavar="NETWORK", help="take calls from this address or network (e.g. a PBX's) without a "
                        "password; repeatable (default: this machine only)")

@@ -189,10 +189,11 @@ def _mcp_servers(value: tuple[str, ...]) -> None:
 
 
 def _host_port(text: str) -> tuple[str, int]:
+    """HOST:PORT, or a PORT alone on this machine's loopback address."""
     host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise SettingsError(f"must be HOST:PORT (e.g. 127.0.0.1:5060), got {text!r}")
-    return host.strip("[]"), int(port)
+    if not port.isdigit() or not 0 <= int(port) <= 65535 or (":" in text and not host):
+        raise SettingsError(f"must be HOST:PORT or PORT (e.g. 127.0.0.1:5060, or 5060), got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def _networks(value: tuple[str, ...]) -> None:
