@@ -197,3 +197,17 @@ async def test_truncation_sets_how_much_of_the_prompt_a_cut_keeps_and_disabled_i
             assert (error["code"], error["param"]) == ("invalid_session_update", "truncation")
         await call.send({"type": "session.update", "session": {"type": "realtime", "truncation": "auto"}})
         assert (await call.until("session.updated"))["session"]["truncation"] == "auto"
+
+
+async def test_a_reply_asked_right_after_a_session_update_has_the_updated_modality(served):
+    server, engine = served
+    async with connect(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
+        call = Realtime(ws)
+        await call.send(text("user", "Hello?"))
+        await call.until("conversation.item.added")
+        # no wait for session.updated: the reply is the updated session's
+        await call.send({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+        await call.send({"type": "response.create"})
+        done = await call.until("response.done")
+        assert done["response"]["output_modalities"] == ["text"]
+        assert done["response"]["output"][0]["content"][0]["type"] == "output_text"

@@ -183,8 +183,9 @@ def _call_item(item_id: str, item: dict) -> ItemCreated:
 
 def response_requested(response: Any, event_id: str | None, config: CallConfig) -> ResponseRequested:
     """The parameters of a `response.create`, checked; ClientError names the first bad one. Its `tools` and
-    `tool_choice` hold for this reply alone (either one given: the other is the session's)."""
-    spoken = config.spoken
+    `tool_choice` hold for this reply alone (either one given: the other is the session's). The modality
+    it does not give is the session's as the LLM stage has it when the reply starts, after any update sent
+    before it."""
     if not isinstance(response, dict):
         raise ClientError("response must be an object", "invalid_response")
     metadata = response.get("metadata")
@@ -200,8 +201,9 @@ def response_requested(response: Any, event_id: str | None, config: CallConfig) 
     limit = response.get("max_output_tokens", response.get("max_response_output_tokens", "inf"))
     if limit != "inf" and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 4096):
         raise ClientError("response.max_output_tokens must be an integer in [1, 4096] or 'inf'", "invalid_response")
-    spoken = speaks(response.get("output_modalities", response.get("modalities")), spoken)
-    if spoken is None:
+    modalities = response.get("output_modalities", response.get("modalities"))
+    spoken = None if modalities is None else speaks(modalities, True)
+    if modalities is not None and spoken is None:
         raise ClientError("response.output_modalities must be ['audio'] or ['text']", "invalid_response")
     conversation = response.get("conversation", "auto")
     if conversation not in ("auto", "none"):

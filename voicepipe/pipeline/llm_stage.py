@@ -247,9 +247,10 @@ class LLMStage(Stage):
         """Answer the conversation as it stands, against the deadline counted from `speech_end`, as the
         client `asked` (other instructions, a length, text only, outside the conversation), after running
         the call the client `approved`, if any."""
-        asked = asked or ResponseRequested(audio=self.config.spoken)
+        asked = asked or ResponseRequested()
         self.cancel("superseded")
-        turn = self.replies.new_turn(item_id, speech_end, asked.audio)
+        spoken = self.config.spoken if asked.audio is None else asked.audio  # the session's as it is now
+        turn = self.replies.new_turn(item_id, speech_end, spoken)
         turn.last = asked.last
         if not asked.out_of_band:
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)

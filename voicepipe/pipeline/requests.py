@@ -63,7 +63,7 @@ class ResponseRequested(Event):
     instructions: str | None = None  # for this reply only
     max_tokens: int | None = None
     out_of_band: bool = False  # `conversation: "none"`: the reply does not join the conversation
-    audio: bool = True  # False: a text-only reply, nothing synthesized
+    audio: bool | None = None  # False: a text-only reply, nothing synthesized; None: as the session is
     # Messages read after the conversation for this reply only, never added to it (the conversation's prefix
     # stays in the KV cache, where other instructions would change its very start).
     pending: tuple[dict[str, str], ...] = ()
