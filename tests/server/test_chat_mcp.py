@@ -18,6 +18,7 @@ from voicepipe.mcp_servers import McpPolicy
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 DEAD = f"http://127.0.0.1:{free_port()}/mcp"  # allowed, and nothing listens there
 REPLIES = {"Weather in Paris?": tools.call_text("forecast", '{"city": "Paris"}'),
+           "Weather in Oslo?": "Let me look." + tools.call_text("forecast", '{"city": "Oslo"}'),
            "Call me back.": tools.call_text("call_back", '{"when": "now"}')}
 CALL_BACK = {"type": "function", "function": {"name": "call_back", "parameters": {
     "type": "object", "properties": {"when": {"type": "string"}}, "required": ["when"]}}}
@@ -63,6 +64,15 @@ async def test_a_streamed_completion_carries_the_answer_and_never_the_servers_ca
     assert "".join(d.content or "" for d in deltas) == "The answer is Sunny in Paris, 21 degrees.."
     assert not any(d.tool_calls for d in deltas)
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+async def test_words_before_the_call_and_the_answer_read_the_same_whole_and_streamed(client, weather):
+    whole = await client.chat.completions.create(model="voicepipe", messages=ask("Weather in Oslo?"),
+                                                 tools=[server_tool(weather)])
+    stream = await client.chat.completions.create(model="voicepipe", messages=ask("Weather in Oslo?"),
+                                                  tools=[server_tool(weather)], stream=True)
+    streamed = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert whole.choices[0].message.content == streamed == "Let me look. The answer is Sunny in Oslo, 21 degrees.."
 
 
 async def test_a_function_of_the_clients_is_still_the_clients_beside_a_server(client, weather):

@@ -8,6 +8,7 @@ frame came in. On the phone they are read off baresip's own recordings of what i
 the other, so they include the RTP packets' 20 ms and baresip's jitter buffer, as a caller's ear does."""
 
 import asyncio
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -40,7 +41,9 @@ async def ask_on_ws(url: str, question: np.ndarray, limit_s: float = 30.0) -> fl
 
 
 async def ask_on_phone(uri: str, question: np.ndarray, folder: Path, limit_s: float = 30.0) -> float | None:
-    wav = folder / f"question-{id(question)}-{np.random.randint(1 << 30)}.wav"
+    handle, name = tempfile.mkstemp(".wav", "question-", folder)  # one file per call, calls running at once
+    os.close(handle)
+    wav = Path(name)
     soundfile.write(wav, np.concatenate([np.zeros(int(LEAD_S * RATE), np.float32), question]), RATE)
     async with Baresip(wav) as phone:
         await phone.dial(uri)

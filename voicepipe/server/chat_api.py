@@ -159,6 +159,12 @@ class ChatRequest(BaseModel):
                               top_p=1.0 if self.top_p is None else self.top_p, stop=tuple(stop), seed=self.seed)
 
 
+def refused_structure(e: ValueError) -> JSONResponse:
+    """What a request whose tools or response format cannot be held to gets: 400, naming the field."""
+    code = "schema_too_complex" if isinstance(e, SchemaTooComplex) else "invalid_value"
+    return openai_error(400, str(e), code, str(e).split(":")[0])
+
+
 def legacy_choice(function_call: Any) -> Any:
     """`function_call` as a `tool_choice`: "none" and "auto" as they are, `{"name": f}` as that function."""
     if isinstance(function_call, dict) and set(function_call) == {"name"}:
@@ -224,8 +230,7 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
         try:
             found, choice, params.grammar, wanted = body.structure()
         except ValueError as e:
-            code = "schema_too_complex" if isinstance(e, SchemaTooComplex) else "invalid_value"
-            return counted(openai_error(400, str(e), code, str(e).split(":")[0]))
+            return counted(refused_structure(e))
         entries = [] if body.legacy else mcp_entries(body.tools)
         if not runtime.engine.alive:
             return counted(openai_error(503, "the engine is restarting; try again in a few seconds",
@@ -247,8 +252,7 @@ def build_router(runtime: Runtime, limits: Limits, metrics: CallMetrics) -> APIR
                     return counted(openai_error(e.status, str(e), "mcp_unavailable" if e.status == 424
                                                 else "invalid_value", e.param))
                 except ValueError as e:
-                    code = "schema_too_complex" if isinstance(e, SchemaTooComplex) else "invalid_value"
-                    return counted(openai_error(400, str(e), code, str(e).split(":")[0]))
+                    return counted(refused_structure(e))
             try:
                 await grammars.prepare(runtime.engine, wanted)
             except FieldRefused as e:

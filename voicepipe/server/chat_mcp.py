@@ -106,6 +106,8 @@ async def answered(first: AsyncIterator[Output], completion: Completion, servers
     completion.mcp_calls = servers.report()
     prompt_tokens, rest = await answer(messages)
     completion.answering(prompt_tokens)
+    if completion.text and not completion.text[-1].isspace():
+        yield Output(None, " ")  # the answer's words apart from the reply's, streamed as they are whole
     async with aclosing(rest) as outputs:
         async for out in outputs:
             yield out

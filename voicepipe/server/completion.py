@@ -78,7 +78,6 @@ class Completion:
         self._made, self.parser = self.calls, None
         self.prompt_tokens += prompt_tokens
         self.finish_reason = None
-        self.text += " " if self.text and not self.text[-1].isspace() else ""
 
     def message(self) -> dict:
         """The whole answer: its text (None when it only called a tool) and its calls."""

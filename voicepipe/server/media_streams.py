@@ -52,8 +52,7 @@ class MediaStreamDialect:
         self.tts_rate = runtime.tts_rate
         self.stream_sid: str | None = None  # known from `start`; nothing is sent before it
         self.call_sid: str | None = None
-        self.codec: WireAudio = PCMU  # the call's G.711, as `start` names it
-        self.audio = PhoneAudio(PCMU, self.tts_rate)
+        self.audio = PhoneAudio(PCMU, self.tts_rate)  # in the call's G.711, once `start` names it
         self._start_by: float | None = None  # the loop's time by which `start` must have come
         self.leg = PhoneLeg()
         self._metrics = call_metrics(runtime.registry)
@@ -127,7 +126,7 @@ class MediaStreamDialect:
             log.warning("%s call %s refused: media format %s", self.provider, call, event["start"])
             await self.line.close(1003, "only G.711 (PCMU or PCMA) at 8000 Hz is spoken here")
             raise Disconnected()
-        self.stream_sid, self.call_sid, self.codec = stream, call, codec
+        self.stream_sid, self.call_sid = stream, call
         self.audio = PhoneAudio(codec, self.tts_rate)
         log.info("%s call %s: stream %s started (%s)", self.provider, call, stream, codec.coding)
 

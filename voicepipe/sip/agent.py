@@ -290,17 +290,8 @@ class SipAgent(asyncio.DatagramProtocol):
     async def _until_acked(self, call: SipCall, data: bytes, addr: tuple, hang_up: bool = True) -> None:
         """A 2xx to an INVITE is repeated until its ACK comes (RFC 3261 13.3.1.4); none: the call is dropped."""
         call.acked.clear()
-        interval, start = T1, time.monotonic()
-        while not call.acked.is_set() and call.ended is None:
-            try:
-                await asyncio.wait_for(call.acked.wait(), interval)
-            except TimeoutError:
-                if time.monotonic() - start > TIMEOUT_S:
-                    if hang_up:
-                        await call.hang_up("no ACK for the answer")
-                    return
-                self._send_raw(data, addr)
-                interval = min(2 * interval, T2)
+        if not await self._repeat(data, addr, call.acked, lambda: call.ended is not None) and hang_up:
+            await call.hang_up("no ACK for the answer")
 
     def _final(self, req: Request, addr: tuple, code: int, reason: str, extra: dict[str, str] | None = None,
                to_tag: str | None = None) -> None:
@@ -311,21 +302,31 @@ class SipAgent(asyncio.DatagramProtocol):
         answer = response(req, code, to_tag or new_tag(), extra=headers)
         self._answer(req, addr, answer)
         if req.method == "INVITE":
-            acked = self._unacked[branch(req)] = asyncio.Event()
-            self._spawn(self._repeat(bytes(answer), addr, acked, branch(req)))
+            acked = self._unacked[branch(req)] = asyncio.Event()  # before any ACK can come
+            self._spawn(self._refused(bytes(answer), addr, acked, branch(req)))
         if code >= 400:
             log.info("SIP %s from %s refused: %d %s", req.method, addr[0], code, reason)
 
-    async def _repeat(self, data: bytes, addr: tuple, acked: asyncio.Event, key: str) -> None:
+    async def _repeat(self, data: bytes, addr: tuple, acked: asyncio.Event,
+                      gone: Callable[[], bool] = lambda: False) -> bool:
+        """Send `data` again at RFC 3261's growing intervals until `acked` is set (True), or until a
+        transaction's life has passed or `gone()` says no ACK is wanted any more (False)."""
         interval, start = T1, time.monotonic()
+        while not gone():
+            try:
+                await asyncio.wait_for(acked.wait(), interval)
+                return True
+            except TimeoutError:
+                if time.monotonic() - start > TIMEOUT_S:
+                    return False
+                self._send_raw(data, addr)
+                interval = min(2 * interval, T2)
+        return False
+
+    async def _refused(self, data: bytes, addr: tuple, acked: asyncio.Event, key: str) -> None:
+        """A refusal of an INVITE, repeated until the ACK of its transaction (`key`) comes."""
         try:
-            while time.monotonic() - start < TIMEOUT_S:
-                try:
-                    await asyncio.wait_for(acked.wait(), interval)
-                    return
-                except TimeoutError:
-                    self._send_raw(data, addr)
-                    interval = min(2 * interval, T2)
+            await self._repeat(data, addr, acked)
         finally:
             self._unacked.pop(key, None)
 

@@ -3,6 +3,7 @@ headers, and requests of its own within a dialog or to a registrar. Parsing and 
 `sipmessage`'s."""
 
 import secrets
+from typing import TypeVar
 
 from sipmessage import URI, Address, CSeq, Request, Response, Via
 
@@ -14,6 +15,7 @@ PHRASES = {100: "Trying", 180: "Ringing", 200: "OK", 202: "Accepted", 400: "Bad 
            486: "Busy Here", 487: "Request Terminated", 488: "Not Acceptable Here", 491: "Request Pending",
            500: "Server Internal Error", 503: "Service Unavailable", 603: "Decline"}
 REQUIRED = ("Via", "From", "To", "Call-ID", "CSeq")
+Message = TypeVar("Message", Request, Response)
 
 
 def new_tag() -> str:
@@ -47,13 +49,7 @@ def response(request: Request, code: int, to_tag: str | None = None, body: bytes
     reply.headers.add("To", str(to))
     reply.headers.add("Call-ID", request.call_id)
     reply.headers.add("CSeq", str(request.cseq))
-    for name, value in (extra or {}).items():
-        reply.headers.add(name, value)
-    reply.headers.add("Server", AGENT)
-    if content_type:
-        reply.headers.add("Content-Type", content_type)
-    reply.headers.add("Content-Length", str(len(body)))
-    return reply
+    return _closed(reply, "Server", extra, content_type)
 
 
 def request(method: str, uri: URI, via_host: str, via_port: int, from_address: Address, to_address: Address,
@@ -71,12 +67,17 @@ def request(method: str, uri: URI, via_host: str, via_port: int, from_address: A
     message.headers.add("CSeq", str(CSeq(cseq, method)))
     if contact is not None:
         message.headers.add("Contact", str(contact))
+    return _closed(message, "User-Agent", extra, content_type)
+
+
+def _closed(message: Message, agent_header: str, extra: dict[str, str] | None, content_type: str | None) -> Message:
+    """The headers every message of this side ends with: the caller's extra ones, who wrote it, its body's."""
     for name, value in (extra or {}).items():
         message.headers.add(name, value)
-    message.headers.add("User-Agent", AGENT)
+    message.headers.add(agent_header, AGENT)
     if content_type:
         message.headers.add("Content-Type", content_type)
-    message.headers.add("Content-Length", str(len(body)))
+    message.headers.add("Content-Length", str(len(message.body)))
     return message
 
 
