@@ -4,10 +4,13 @@ server lists its tools (OpenAI's `mcp_list_tools` item), the model's call runs o
 with its result in the same response; approvals, tool errors, timeouts and the operator's allow-list."""
 
 import asyncio
+import base64
 import json
 import sys
 import time
+from importlib import resources
 
+import numpy as np
 import openai
 import pytest
 import pytest_asyncio
@@ -15,6 +18,7 @@ from support.fake_call import fake_server, read_until
 from support.realtime_types import GA_EVENTS, violations
 from websockets.asyncio.client import connect as connect_ws
 
+from voicepipe.audio import read_audio, to_pcm16
 from voicepipe.bench.mcp_server import SERVER, free_port, serve_http
 from voicepipe.call.limits import Limits
 from voicepipe.constrained import tools
@@ -254,3 +258,110 @@ async def test_every_mcp_event_and_item_matches_the_openai_types(served, weather
             "response.mcp_call.failed"} <= kinds
     wrong = [v for event in events for v in violations(event, GA_EVENTS)]
     assert not wrong, "\n".join(wrong)
+
+
+def speech_24k() -> bytes:
+    """The packaged spoken question at the Realtime rate, then a second of silence to end the turn."""
+    voice = read_audio(resources.files("voicepipe.samples") / "question.wav", 24000)
+    return to_pcm16(np.concatenate([voice, np.zeros(24000, np.float32)])).tobytes()
+
+
+@pytest.mark.parametrize("interrupt", [False, True])
+async def test_a_barge_in_leaves_a_tool_running_when_asked_and_its_result_is_answered_when_it_lands(weather,
+                                                                                                 interrupt):
+    """The caller speaks over a slow tool's filler: with `interrupt_tool_calls: false` the tool runs on, the
+    caller's words are answered first, and a reply of its own answers with the result once it lands; by
+    default the barge-in cancels the call with the reply, and nothing answers it later."""
+    policy = McpPolicy(allowed_urls=(weather,), call_timeout_s=5.0)
+    replies = {**REPLIES, "Thanks.": "You are welcome."}
+    async with fake_server(Limits(), reply=FORECAST, replies=replies, heard="And in Quito?", mcp=policy) as (
+            server, engine):
+        async with connect_ws(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
+            events: list[dict] = []
+
+            async def until(kind: str, timeout_s: float = 20) -> dict:
+                while True:
+                    events.append(json.loads(await asyncio.wait_for(ws.recv(), timeout_s)))
+                    if events[-1]["type"] == kind:
+                        return events[-1]
+
+            async def speak() -> None:
+                await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                          "audio": base64.b64encode(speech_24k()).decode()}))
+
+            await ws.send(json.dumps({"type": "session.update", "session": {
+                "type": "realtime", "tools": [mcp_tool(weather)], "interrupt_tool_calls": interrupt,
+                "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}}}}))
+            assert (await until("session.updated"))["session"]["interrupt_tool_calls"] is interrupt
+            await until("mcp_list_tools.completed")
+            await speak()
+            await until("response.mcp_call.in_progress")  # slow_forecast: 1.5 s
+            engine.asr.text = "Thanks."
+            await speak()
+            first = await until("response.done")
+            assert first["response"]["status"] == "cancelled"
+            assert first["response"]["status_details"]["reason"] == "turn_detected"
+            thanks = await until("response.done")
+            assert thanks["response"]["output"][0]["content"][0]["transcript"] == "You are welcome."
+            if interrupt:
+                with pytest.raises(TimeoutError):
+                    await until("response.done", timeout_s=3.0)
+                return
+            late = await until("response.done")
+            call = next(o for o in late["response"]["output"] if o["type"] == "mcp_call")
+            assert (call["name"], call["output"]) == ("slow_forecast", "Rain in Quito.")
+            message = next(o for o in late["response"]["output"] if o["type"] == "message")
+            assert message["content"][0]["transcript"].startswith("The answer is Rain in Quito")
+            wrong = [v for event in events for v in violations(event, GA_EVENTS)]
+            assert not wrong, "\n".join(wrong)
+
+
+async def test_a_response_s_own_mcp_server_is_listed_and_called_for_that_reply_alone(served, weather):
+    server, _ = served
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused",
+                                websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+    async with client.realtime.connect(model="voicepipe") as connection:
+        await connection.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+        own = {"tools": [mcp_tool(weather, allowed_tools=["forecast"])], "tool_choice": "required"}
+        for listed in (True, False):  # the second time, the server listed for the first is used again
+            seen: list = []
+            await connection.conversation.item.create(item={"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Will it rain in Paris tomorrow?"}]})
+            await connection.response.create(response=own)
+            done = await read_until(connection, "response.done", seen)
+            assert ("mcp_list_tools.completed" in [e.type for e in seen]) is listed
+            call = next(o for o in done.response.output if o.type == "mcp_call")
+            assert (call.name, call.output) == ("forecast", "Sunny in Paris, 21 degrees.")
+            message = next(o for o in done.response.output if o.type == "message")
+            assert message.content[0].text.startswith("The answer is Sunny in Paris")
+        await connection.conversation.item.create(item={"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "And the day after?"}]})
+        await connection.response.create()  # the session's tools again: none, so the call is only words
+        done = await read_until(connection, "response.done", [])
+        assert [o.type for o in done.response.output] == ["message"]
+        await connection.response.create(response={"tools": [mcp_tool("http://169.254.169.254/mcp")]})
+        error = await read_until(connection, "error", [])
+        assert error.error.code == "invalid_response" and error.error.param == "response.tools[0].server_url"
+
+
+async def test_a_tool_choice_alone_in_a_response_keeps_the_session_s_mcp_tools(served, weather):
+    """A `response.create` that gives only `tool_choice` chooses among the session's tools, its servers'
+    listed ones included: the call runs on the server, not handed to the client as a function."""
+    server, _ = served
+    connection = await connect(server, weather)
+    try:
+        await read_until(connection, "mcp_list_tools.completed", [])
+        await connection.conversation.item.create(item={"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Will it rain in Paris tomorrow?"}]})
+        await connection.response.create(response={"tool_choice": "required"})
+        done = await read_until(connection, "response.done", [])
+        assert [o.type for o in done.response.output] == ["message", "mcp_call"]
+        assert next(o for o in done.response.output if o.type == "mcp_call").output.startswith("Sunny")
+        await connection.session.update(session={"type": "realtime", "tools": [
+            {**mcp_tool(DEAD), "server_label": "other"}, mcp_tool(weather)]})
+        await read_until(connection, "session.updated", [])
+        await connection.response.create(response={"tools": [{**mcp_tool(weather), "server_label": "other"}]})
+        error = await read_until(connection, "error", [])
+        assert error.error.code == "invalid_response" and "already names another server" in error.error.message
+    finally:
+        await connection.close()

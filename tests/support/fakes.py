@@ -80,7 +80,8 @@ class FakeEngine:
     def __init__(self, tokenizer: FakeTokenizer, replies: dict[str, str] | None = None,
                  default_reply: str = "Yes.", asr: "FakeASR | None" = None, tts: "FakeTTS | None" = None) -> None:
         self.tokenizer, self.replies, self.default_reply = tokenizer, replies or {}, default_reply
-        self.handlers = device_jobs(asr or FakeASR(""), tts or FakeTTS())
+        self.asr = asr or FakeASR("")  # what its device jobs hear: a test may change its words between turns
+        self.handlers = device_jobs(self.asr, tts or FakeTTS())
         self.alive = True
         self.config = EngineConfig()
         self.max_context = 2048

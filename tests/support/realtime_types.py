@@ -8,11 +8,14 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import BaseModel, ValidationError
 
 # This server's own additions, documented in DESIGN.md (Protocol): the session's scheduler knobs and limits,
-# whether its echo canceller runs (docs/audio-front-end.md),
+# whether its echo canceller runs (docs/audio-front-end.md), whether a barge-in cancels the server's tool calls,
 # a reply's timings, waterfall and deadline verdict; `id` and `object` on a session, as the Realtime API
 # itself sends.
 EXTENSIONS = {"session.id", "session.object", "session.scheduler", "session.limits", "session.echo_cancellation",
-              "response.timings", "response.waterfall", "response.deadline_met", "response.underruns"}
+              "session.interrupt_tool_calls", "response.timings", "response.waterfall", "response.deadline_met",
+              "response.underruns"}
+
+
 def by_type(union: typing.Any) -> dict[str, type[BaseModel]]:
     """The union's event classes by the literal of their `type` field."""
     members = typing.get_args(typing.get_args(union)[0])

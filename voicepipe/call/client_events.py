@@ -31,6 +31,7 @@ from voicepipe.protocol.server_events import error, function_call_item, function
 MAX_TEXT = 8000  # characters of instructions, of a message or of a function's output
 MAX_METADATA = 16  # pairs, as OpenAI's
 MAX_INPUT = 64  # items a `response.create` may give its reply instead of the conversation
+NO_MCP = McpPolicy()  # no server configured, no address allowed
 
 
 class ClientError(ValueError):
@@ -181,11 +182,12 @@ def _call_item(item_id: str, item: dict) -> ItemCreated:
                        function_call_item(item_id, call_id, name, arguments))
 
 
-def response_requested(response: Any, event_id: str | None, config: CallConfig) -> ResponseRequested:
-    """The parameters of a `response.create`, checked; ClientError names the first bad one. Its `tools` and
-    `tool_choice` hold for this reply alone (either one given: the other is the session's). The modality
-    it does not give is the session's as the LLM stage has it when the reply starts, after any update sent
-    before it."""
+def response_requested(response: Any, event_id: str | None, config: CallConfig, policy: McpPolicy = NO_MCP
+                       ) -> ResponseRequested:
+    """The parameters of a `response.create`, checked; ClientError names the first bad one. Its `tools` (MCP
+    servers among them, under the operator's `policy`) and `tool_choice` hold for this reply alone (a choice
+    alone: among the session's tools as they are when the reply starts). The modality it does not give is
+    the session's as the LLM stage has it when the reply starts, after any update sent before it."""
     if not isinstance(response, dict):
         raise ClientError("response must be an object", "invalid_response")
     metadata = response.get("metadata")
@@ -209,7 +211,7 @@ def response_requested(response: Any, event_id: str | None, config: CallConfig) 
     if conversation not in ("auto", "none"):
         raise ClientError("response.conversation must be 'auto' or 'none'", "invalid_response")
     return ResponseRequested(metadata, event_id, instructions, None if limit == "inf" else limit,
-                             conversation == "none", spoken, tools=reply_tools(response, config),
+                             conversation == "none", spoken, tools=reply_tools(response, config, policy),
                              input=reply_input(response.get("input")))
 
 
@@ -235,22 +237,28 @@ def reply_input(items: Any) -> tuple[tuple[str, str], ...] | None:
     return tuple(read)
 
 
-def reply_tools(response: dict, config: CallConfig) -> ReplyTools | None:
-    """The tools a `response.create` gives its reply (None: the session's)."""
+def reply_tools(response: dict, config: CallConfig, policy: McpPolicy) -> ReplyTools | None:
+    """The tools a `response.create` gives its reply (None: the session's). A choice that names a tool of a
+    server the response names is checked once that server has listed its tools."""
     if "tools" not in response and "tool_choice" not in response:
         return None
-    choice = response.get("tool_choice", config.tool_choice if "tools" not in response else None)
-    found, chosen = checked_tools(response, "response", "invalid_response", config, choice)
-    return ReplyTools(tuple(found), chosen, tools.instructions(found, chosen) if chosen else "")
+    choice = response.get("tool_choice")
+    if "tools" not in response:
+        checked_tools(response, "response", "invalid_response", config, choice)
+        return ReplyTools(None, choice)
+    servers = named_servers(response["tools"], "response", "invalid_response", policy)
+    found, _ = checked_tools(response, "response", "invalid_response", config,
+                             None if servers and isinstance(choice, dict) else choice, servers=True)
+    return ReplyTools(tuple(found), choice, servers)
 
 
 def checked_tools(fields: dict, where: str, code: str, config: CallConfig, choice: Any, servers: bool = False
                   ) -> tuple[list[tools.Tool], str | None]:
-    """The tools `fields` gives (the session's when it gives none) and `choice` among them resolved, checked;
-    ClientError (`code`, or schema_too_complex) names the field at fault under `where`."""
+    """The tools `fields` gives (the session's, its servers' included, when it gives none) and `choice` among
+    them resolved, checked; ClientError (`code`, or schema_too_complex) names the field at fault under `where`."""
     try:
         found = tools.parse_tools(fields["tools"], f"{where}.tools", nested=False, servers=servers) \
-            if "tools" in fields else list(config.tools)
+            if "tools" in fields else [*config.tools, *config.server_tools]
         return found, tools.choose(found, choice, f"{where}.tool_choice")
     except SchemaTooComplex as e:
         raise ClientError(str(e), "schema_too_complex", str(e).split(":")[0]) from None
@@ -283,9 +291,8 @@ def is_unicode(text: str) -> bool:
 
 
 SESSION_FIELDS = {"instructions", "scheduler", "turn_detection", "output_modalities", "tools", "tool_choice",
-                  "echo_cancellation", "noise_reduction", "truncation"}
+                  "echo_cancellation", "noise_reduction", "truncation", "interrupt_tool_calls"}
 NOISE_TYPES = ("near_field", "far_field")
-NO_MCP = McpPolicy()  # no server configured, no address allowed
 
 
 def session_update(update: Any, config: CallConfig, policy: McpPolicy = NO_MCP) -> SessionUpdate:
@@ -311,8 +318,13 @@ def session_update(update: Any, config: CallConfig, policy: McpPolicy = NO_MCP) 
         raise ClientError(str(e), "invalid_session_update") from None
     choice = update.get("tool_choice", config.tool_choice)
     found, _ = checked_tools(update, "session", "invalid_session_update", config, choice, servers=True)
-    return SessionUpdate(instructions, speak, detection, tuple(found), choice, audio_input(update),
-                         session_servers(update, policy), retention(update.get("truncation")))
+    functions = tuple(found) if "tools" in update else config.tools
+    interrupt = update.get("interrupt_tool_calls")
+    if interrupt is not None and not isinstance(interrupt, bool):
+        raise ClientError("interrupt_tool_calls must be true or false", "invalid_session_update",
+                          "interrupt_tool_calls")
+    return SessionUpdate(instructions, speak, detection, functions, choice, audio_input(update),
+                         session_servers(update, policy), retention(update.get("truncation")), interrupt)
 
 
 def retention(truncation: Any) -> float | None:
@@ -335,16 +347,20 @@ def session_servers(update: dict, policy: McpPolicy) -> tuple[ServerSpec, ...] |
     """The MCP servers a session update names in its `tools` (None: it gives no tools)."""
     if "tools" not in update:
         return None
+    return named_servers(update["tools"], "session", "invalid_session_update", policy)
+
+
+def named_servers(entries: Any, where: str, code: str, policy: McpPolicy) -> tuple[ServerSpec, ...]:
+    """The MCP servers among `where`'s `tools`, each under the operator's `policy`; their labels unique."""
     specs = []
-    for n, entry in enumerate(update["tools"]):
+    for n, entry in enumerate(entries if isinstance(entries, list) else ()):
         if isinstance(entry, dict) and entry.get("type") == "mcp":
             try:
-                specs.append(parse_server(entry, f"session.tools[{n}]", policy))
+                specs.append(parse_server(entry, f"{where}.tools[{n}]", policy))
             except ValueError as e:
-                raise ClientError(str(e), "invalid_session_update", str(e).split(":")[0]) from None
+                raise ClientError(str(e), code, str(e).split(":")[0]) from None
     if len({spec.label for spec in specs}) != len(specs):
-        raise ClientError("session.tools: MCP server labels must be unique", "invalid_session_update",
-                          "session.tools")
+        raise ClientError(f"{where}.tools: MCP server labels must be unique", code, f"{where}.tools")
     return tuple(specs)
 
 

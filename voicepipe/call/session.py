@@ -13,13 +13,14 @@ from scheduler.channel.client import EngineUnavailable
 from voicepipe.audio import SAMPLE_RATE
 from voicepipe.call import client_events
 from voicepipe.call.limits import Limits
+from voicepipe.call.mcp_listings import McpListings
 from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
 from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
 from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.ids import new_id
-from voicepipe.mcp_servers import McpPolicy, ServerSpec, Toolbox
+from voicepipe.mcp_servers import McpPolicy, Toolbox
 from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import Event
 from voicepipe.pipeline.requests import (
@@ -27,7 +28,6 @@ from voicepipe.pipeline.requests import (
     ClearRequested,
     CommitRequested,
     SessionUpdate,
-    ToolsListed,
 )
 from voicepipe.pipeline.turn_metrics import turn_metrics
 from voicepipe.protocol import ClientEvent, ServerEvent, server_events
@@ -70,7 +70,7 @@ class Session:
         self.toolbox = Toolbox(self.mcp)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe,
                                        self.front, self.hang_up, self.toolbox)
-        self._listings: set[asyncio.Task] = set()  # MCP servers being connected and listed
+        self.listings = McpListings(self.toolbox, self.config, self.send, self.pipeline.push, self._prepare)
         self._send_lock = asyncio.Lock()
         self._responses: set[str] = set()  # response.created sent, response.done not yet
         self._cause: str | None = None  # the event_id of the client event being handled
@@ -92,10 +92,9 @@ class Session:
             await self._receive()
         finally:
             stats.cancel()
-            for listing in self._listings:
-                listing.cancel()
+            await self.listings.close()
             await self.pipeline.stop()
-            await asyncio.gather(stats, *self._listings, return_exceptions=True)
+            await asyncio.gather(stats, return_exceptions=True)
             await self.toolbox.close()
             self.runtime.engine.release_session(self.id)
             log.info("call %s ended", self.id)
@@ -189,10 +188,17 @@ class Session:
         if kind == ClientEvent.RESPONSE_CREATE:
             response = event.get("response")
             request = client_events.response_requested(response if response is not None else {}, self._cause,
-                                                       self.config)
-            if request.tools is not None and request.tools.choice:
-                await self._prepare(tools.grammars(list(request.tools.tools), request.tools.choice,
-                                                   "response.tools"))
+                                                       self.config, self.mcp)
+            own = request.tools
+            if own is not None and own.servers:
+                self.listings.reply_named(request, self._cause)  # it starts once they are listed
+                return None
+            if own is not None:  # a choice alone: among the session's tools as they are now
+                offered = list(own.tools) if own.tools is not None else [*self.config.tools,
+                                                                         *self.config.server_tools]
+                chosen = tools.choose(offered, own.choice)
+                if chosen:
+                    await self._prepare(tools.grammars(offered, chosen, "response.tools"))
             return request
         if kind == ClientEvent.ITEM_CREATE:
             item = event.get("item")
@@ -233,45 +239,8 @@ class Session:
             except (ValueError, TypeError) as e:
                 raise client_events.ClientError(f"scheduler: {e}", "invalid_session_update") from None
         if update.servers is not None:
-            self._list_servers(update)
+            self.listings.session_named(update)
         return update
-
-    def _list_servers(self, update: SessionUpdate) -> None:
-        """Connect the MCP servers the update names anew (each in a task of its own: a slow server holds up
-        nothing else), and let go of those it no longer names."""
-        named = {spec.label: spec for spec in update.servers}
-        for label in self.toolbox.labels - set(named):
-            self._spawn(self.toolbox.drop(label))
-        for spec in named.values():
-            if self.toolbox.spec(spec.label) != spec:
-                self._spawn(self._list(spec, update))
-
-    def _spawn(self, work: Any) -> None:
-        task = asyncio.create_task(work)
-        self._listings.add(task)
-        task.add_done_callback(self._listings.discard)
-
-    async def _list(self, spec: ServerSpec, update: SessionUpdate) -> None:
-        """List one server's tools (the client hears of it as OpenAI's `mcp_list_tools` item), compile the
-        grammar that calls them, and offer them to the replies from now on."""
-        item_id = new_id("mcpl")
-        await self.send(*server_events.mcp_listing(item_id, spec.label, None))
-        taken = {t.name for t in (*update.tools, *self.config.server_tools) if t.server != spec.label}
-        listed = await self.toolbox.connect(spec, taken)
-        failure = listed.error
-        offered = [*update.tools, *listed.tools]
-        chosen = tools.choose(offered, update.tool_choice)
-        if failure is None and listed.tools and chosen:
-            try:
-                await self._prepare(tools.grammars(offered, chosen, "session.tools"))
-            except client_events.ClientError as e:
-                failure = f"the tools of MCP server {spec.label!r}: {e}"
-        if failure is not None:
-            await self.toolbox.drop(spec.label)
-            await self.send(*server_events.mcp_listing(item_id, spec.label, None, failure))
-            return
-        await self.send(*server_events.mcp_listing(item_id, spec.label, listed.described))
-        self.pipeline.push(ToolsListed(spec.label, listed.tools))
 
     async def _prepare(self, wanted: list) -> None:
         """Compile the grammars a reply's calls need, in the engine; ClientError names what it refused."""
@@ -298,6 +267,7 @@ class Session:
             "output_audio_format": {"type": "pcm16", "sample_rate": self.runtime.tts_rate},
             "turn_detection": self.config.turn_detection.describe(),
             "echo_cancellation": self.config.echo_cancellation,
+            "interrupt_tool_calls": self.config.interrupt_tool_calls,
             "noise_reduction": {"type": self.config.noise_reduction} if self.config.noise_reduction else None,
             "tools": [*({"type": "function", "name": t.name, "description": t.description,
                          "parameters": t.parameters} for t in self.config.tools),

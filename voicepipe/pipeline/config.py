@@ -31,6 +31,9 @@ class CallConfig:
     synthesis_horizon_s: float = 4.0
     # What the assistant says while a tool the server runs keeps the caller waiting, in turn (none: silence).
     fillers: tuple[str, ...] = ("One moment, let me check.", "Let me look that up.", "Just a second.")
+    # A barge-in cancels the server's calls still running with the reply; False: they run on, and their
+    # results are answered in a reply of their own once they land (the caller's own turn answered first).
+    interrupt_tool_calls: bool = True
     # Partial transcripts re-transcribe the growing utterance at most this often.
     partial_interval_s: float = 1.0
     # Silence after which the final transcription starts, before the end of speech is confirmed.

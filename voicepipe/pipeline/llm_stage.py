@@ -7,6 +7,7 @@ from typing import Any
 
 from scheduler import RequestClass
 from voicepipe.constrained import tools
+from voicepipe.constrained.tools import Tool
 from voicepipe.mcp_servers.toolbox import Toolbox
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.conversation import Conversation
@@ -35,6 +36,7 @@ from voicepipe.pipeline.requests import (
     ItemCreated,
     ItemRequested,
     KeyPressed,
+    ReplyTools,
     ResponseRequested,
     SessionUpdate,
     ToolsListed,
@@ -43,9 +45,10 @@ from voicepipe.pipeline.requests import (
 from voicepipe.pipeline.responder import Responder
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.tool_wait import ToolWait
-from voicepipe.pipeline.turn import Mark, Turn
+from voicepipe.pipeline.turn import Carried, Mark, Turn
 from voicepipe.pipeline.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
 
+FOLD_IN_POLL_S = 0.05  # how often a landed call left running looks for the reply under way to end
 VERDICTS = TurnEnded | Speculate | DropSpeculation  # turn-taking's, for this stage alone
 ACTED_ON = VERDICTS | BargeInResolved | IdleTimedOut  # passed on by their handlers, if at all
 
@@ -68,7 +71,7 @@ class LLMStage(Stage):
         self.tool_wait = ToolWait()
         self._phrases = itertools.cycle(config.fillers)
         self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made,
-                                 self._phrases)
+                                 self._phrases, self._left_running)
         self._filler: asyncio.Task | None = None  # says a few words if the functions' results are slow
         self._filling: Turn | None = None  # the filler reply, which the answer may cut short
         self._primed = False
@@ -118,6 +121,8 @@ class LLMStage(Stage):
         config.instructions = self.conversation.instructions = event.instructions
         if event.retention is not None:
             config.retention_ratio = self.conversation.retention = event.retention
+        if event.interrupt_tool_calls is not None:
+            config.interrupt_tool_calls = event.interrupt_tool_calls
         if event.servers is not None:
             config.servers = event.servers
             named = {spec.label for spec in event.servers}
@@ -149,7 +154,19 @@ class LLMStage(Stage):
                             "approval again once its response.done has come"))
             return
         self._drop_speculation()
-        self._reply(None, time.monotonic(), approved=(event.request_id, call, event.approve))
+        self._reply(None, time.monotonic(), carried=Carried(call, event.request_id, event.approve))
+
+    def _left_running(self, calls: list[Carried]) -> None:
+        for carried in calls:
+            self.spawn(self._fold_in(carried))
+
+    async def _fold_in(self, carried: Carried) -> None:
+        """A call a barge-in left running has landed: once no reply is under way (the caller's own turn is
+        answered first), a reply of its own shows its result and answers with it."""
+        await asyncio.wait([carried.running])
+        while self.replies.answering or self.replies.speculating:
+            await asyncio.sleep(FOLD_IN_POLL_S)
+        self._reply(None, time.monotonic(), carried=carried)
 
     def _speech_started(self, event: SpeechStarted) -> None:
         self.replies.called_for = None
@@ -243,10 +260,10 @@ class LLMStage(Stage):
             self._reply(final.item_id, final.speech_end).ended(final.confirmed_at, final.speech_end + final.ready_s)
 
     def _reply(self, item_id: str | None, speech_end: float, asked: ResponseRequested | None = None,
-               approved: tuple | None = None) -> Turn:
+               carried: Carried | None = None) -> Turn:
         """Answer the conversation as it stands, against the deadline counted from `speech_end`, as the
-        client `asked` (other instructions, a length, text only, outside the conversation), after running
-        the call the client `approved`, if any."""
+        client `asked` (other instructions, a length, text only, outside the conversation), after the
+        `carried` call has run (one the client approved, or one a barge-in left running), if any."""
         asked = asked or ResponseRequested()
         self.cancel("superseded")
         spoken = self.config.spoken if asked.audio is None else asked.audio  # the session's as it is now
@@ -254,8 +271,8 @@ class LLMStage(Stage):
         turn.last = asked.last
         if not asked.out_of_band:
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
-        own = asked.tools
-        tool_instructions = None if own is None else own.instructions
+        own = None if asked.tools is None else self._own_tools(asked.tools)
+        tool_instructions = None if own is None else tools.instructions(*own) if own[1] else ""
         if asked.say is not None:
             prompt = []
         elif asked.input is not None:
@@ -266,10 +283,20 @@ class LLMStage(Stage):
         # Out of band or on its own input, the reply shares no prefix with the conversation's session.
         request = ReplyRequest(prompt, None if asked.out_of_band or asked.input is not None else self.call_id,
                                asked.max_tokens or self.config.max_tokens, not asked.out_of_band,
-                               tools=None if own is None else (own.tools, own.choice), words_only=asked.words_only,
-                               approved=approved, say=asked.say)
+                               tools=own, words_only=asked.words_only,
+                               carried=carried, say=asked.say)
         self.replies.begin(turn, request, asked.metadata, asked.out_of_band)
         return turn
+
+    def _own_tools(self, given: ReplyTools) -> tuple[tuple[Tool, ...], str | None]:
+        """A reply's own tools and the choice among them, resolved now: a choice alone is among the session's
+        tools as they are (its servers' listed ones too), after every update sent before it."""
+        offered = given.tools if given.tools is not None else (*self.config.tools, *self.config.server_tools)
+        try:
+            return offered, tools.choose(list(offered), given.choice, "response.tool_choice")
+        except ValueError as e:  # the tool it named is no longer offered
+            self.emit(Error("invalid_response", str(e)))
+            return offered, None
 
     def _input(self, given: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
         """A reply's own input as messages, a referenced item as the conversation holds it."""

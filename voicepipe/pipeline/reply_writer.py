@@ -27,7 +27,7 @@ from voicepipe.pipeline.events import (
     FunctionCallStarted,
     TextDelta,
 )
-from voicepipe.pipeline.turn import Mark, Reply, Turn
+from voicepipe.pipeline.turn import Carried, Mark, Reply, Turn
 
 # Plain words: no markup, so nothing a call or JSON could be written with (unbounded: a bound on the
 # repetition took the compiler past its budget; the reply's token limit bounds it instead).
@@ -46,9 +46,9 @@ class ReplyRequest:
     probe_at: int | None = None
     tools: tuple[tuple[Any, ...], str | None] | None = None  # (tools, choice) for this reply; None: the session's
     words_only: bool = False
-    # A call the client has just approved (or declined: False), run before the reply is written: (the
-    # approval request's id, the call, approved).
-    approved: tuple[str, FunctionCall, bool] | None = None
+    # A call run (or waited out) before the reply is written: one the client has just approved or declined,
+    # or one a barge-in left running (`server_calls.Carried`).
+    carried: Carried | None = None
     after_calls: bool = False  # the answer after its calls' results: in plain words (no call after a call)
     say: str | None = None  # the reply's words, given: nothing is asked of the engine
 

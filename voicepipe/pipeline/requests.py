@@ -45,12 +45,13 @@ class ItemCreated(Event):
 
 @dataclass(frozen=True, slots=True)
 class ReplyTools:
-    """The tools one reply may call instead of the session's: the tools, the choice among them ("auto",
-    "required", a function's name; None: no call) and how the system prompt describes them."""
+    """The tools one reply may call instead of the session's, and `tool_choice` among them as the client
+    gave it (None: "auto"). `tools` None: the session's as they are when the reply starts (a choice alone);
+    else the reply's functions, and the tools of the MCP `servers` it names once they have listed them."""
 
-    tools: tuple[Any, ...]
-    choice: str | None
-    instructions: str
+    tools: tuple[Any, ...] | None
+    choice: Any = None
+    servers: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class SessionUpdate(Event):
     audio_input: dict = field(default_factory=dict)  # the audio front end's fields that change
     servers: tuple | None = None  # the MCP servers the session names (None: the same as before)
     retention: float | None = None  # the share of the prompt budget a cut keeps (None: the same as before)
+    interrupt_tool_calls: bool | None = None  # whether a barge-in cancels the server's calls (None: unchanged)
 
 
 @dataclass(frozen=True, slots=True)

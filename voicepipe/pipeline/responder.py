@@ -1,7 +1,8 @@
 """The reply in progress, one at a time: begun, paced by the TTS stage, cancelled. Its stream runs in a task
 the LLM stage owns (`ReplyWriter` writes it); the LLM stage decides which reply to begin and when. A reply
 that calls tools the server runs (on MCP servers, `ServerCalls`) runs them and goes on, in the same
-response, once their results are in the conversation."""
+response, once their results are in the conversation; a barge-in cancels them with the reply, or leaves
+them running for the LLM stage to answer with when they land (`ServerCalls.interrupted`)."""
 
 import asyncio
 import time
@@ -17,7 +18,7 @@ from voicepipe.pipeline.items import Items
 from voicepipe.pipeline.reply_writer import ReplyRequest, ReplyWriter
 from voicepipe.pipeline.server_calls import ServerCalls
 from voicepipe.pipeline.stage import Stage
-from voicepipe.pipeline.turn import Mark, Reply, Turn
+from voicepipe.pipeline.turn import Carried, Mark, Reply, Turn
 from voicepipe.pipeline.verdicts import Probed
 
 
@@ -27,9 +28,11 @@ class Responder:
     from it, as the same turn."""
 
     def __init__(self, stage: Stage, engine: Engine, writer: ReplyWriter, items: Items, config: CallConfig,
-                 call_id: str, on_calls: Callable[[Turn, tuple[str, ...]], None], fillers: Iterator[str]) -> None:
+                 call_id: str, on_calls: Callable[[Turn, tuple[str, ...]], None], fillers: Iterator[str],
+                 on_left_running: Callable[[list[Carried]], None]) -> None:
         self.stage, self.engine, self.writer, self.items = stage, engine, writer, items
         self.on_calls = on_calls  # a reply ended calling these functions: the client runs them now
+        self.on_left_running = on_left_running  # a barge-in left these server calls running
         self.fillers = fillers  # the set phrases said while the server's tools run, in turn across replies
         self.config, self.call_id = config, call_id
         self.turn: Turn | None = None
@@ -37,6 +40,7 @@ class Responder:
         self.called_for: float | None = None
         self._due: float | None = None  # when `turn`'s request must deliver, as the TTS stage last said
         self._task: asyncio.Task | None = None
+        self._calls: ServerCalls | None = None  # the server's calls of `turn`'s reply
         self.approvals: dict[str, FunctionCall] = {}  # calls waiting for the client's approval, by request id
 
     @property
@@ -73,6 +77,11 @@ class Responder:
         turn.cancelled = True
         if self._task is not None:
             self._task.cancel()
+        if self._calls is not None:
+            keep = reason == "barge_in" and not self.config.interrupt_tool_calls
+            left = self._calls.interrupted(keep)
+            if left:
+                self.on_left_running(left)
         if not turn.speculative:  # a speculative turn is not in the conversation, nor heard
             self.items.cut(turn, time.monotonic())
         self.stage.emit(TurnCancelled(turn, reason, self.written.copy()))
@@ -95,11 +104,11 @@ class Responder:
         def called() -> None:
             self.called_for = turn.speech_end
 
-        calls = None if self.writer.toolbox is None else ServerCalls(
+        calls = self._calls = None if self.writer.toolbox is None else ServerCalls(
             self.writer, self.writer.toolbox, self.config, self.stage.emit, self.stage.spawn, turn, reply, self.fillers)
-        if request.approved is not None and calls is not None:
-            await calls.approved(*request.approved)
-            request = replace(request, prompt=calls.answer_prompt(), approved=None, after_calls=True)
+        if request.carried is not None and calls is not None:
+            await calls.carry(request.carried)
+            request = replace(request, prompt=calls.answer_prompt(), carried=None, after_calls=True)
         await self.writer.write(turn, reply, request, deadline, probed, called, calls and calls.calling)
         # The server's calls run, and the reply goes on after their results (in words: one round of calls).
         if calls is not None and await calls.run() and not reply.awaiting and request.in_conversation:

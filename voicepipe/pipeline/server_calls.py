@@ -6,7 +6,11 @@ call's arguments are still being written.
 
 The filler is one of the session's set phrases, not the model's words: the default model, asked for a few
 words while a tool ran, talked about "a function called weather" or apologised for errors (`bench tools`,
-docs/protocol.md), and a set phrase needs no model step, so it is heard at once."""
+docs/protocol.md), and a set phrase needs no model step, so it is heard at once.
+
+A barge-in cancels the reply; its calls still running are cancelled with it, or, where the session says
+`interrupt_tool_calls: false`, left to finish and handed to the LLM stage, which answers with their results
+in a reply of their own when they land (`Carried`)."""
 
 import asyncio
 import time
@@ -19,7 +23,7 @@ from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.events import Event, FunctionCallDone, FunctionCallStarted, TextDelta, ToolRan
 from voicepipe.pipeline.reply_writer import ReplyWriter
 from voicepipe.pipeline.tool_wait import ANSWER_S, ToolWait
-from voicepipe.pipeline.turn import Reply, Turn
+from voicepipe.pipeline.turn import Carried, Reply, Turn
 
 SPECULATION_POLL_S = 0.02
 
@@ -36,6 +40,7 @@ class ServerCalls:
         self._primed: asyncio.Task | None = None
         self._speaking = asyncio.Event()
         self._phrases = phrases  # the call's filler phrases, in turn
+        self._running: dict[str, asyncio.Task[ToolResult]] = {}  # the calls being run, by item id
 
     def calling(self, call: FunctionCall) -> None:
         """The model began writing `call`: the answer's prompt (the tools' descriptions left out) is computed
@@ -73,25 +78,44 @@ class ServerCalls:
         delay = self.waits.called(tuple(self.toolbox.timing_key(call) for _, call in due), time.monotonic(),
                                   self.turn.deadline)
         self._company(delay)
+        self._running = {item_id: self.spawn(self.toolbox.run(call)) for item_id, call in due}  # side by side
         for item_id, call in due:
-            self._ran(item_id, call, await self.toolbox.run(call))
+            # Shielded: a barge-in cancels the reply, and `interrupted` decides whether the call goes on.
+            result = await asyncio.shield(self._running[item_id])
+            del self._running[item_id]
+            self._ran(item_id, call, result)
         self.waits.answered(time.monotonic())
         if self._speaking.is_set():
             await self._filler
         self._drop_filler()
         return True
 
-    async def approved(self, request_id: str, call: FunctionCall, approve: bool) -> None:
-        """The client answered an approval request: run the call, or tell the model it was declined."""
-        if not approve:
+    def interrupted(self, keep: bool) -> list[Carried]:
+        """The reply was cancelled: its calls still running are cancelled too, or (`keep`) returned, to be
+        answered when they land."""
+        running, self._running = self._running, {}
+        calls = dict(self.reply.calls)
+        if keep:
+            return [Carried(calls[item_id], running=task) for item_id, task in running.items()]
+        for task in running.values():
+            task.cancel()
+        return []
+
+    async def carry(self, carried: Carried) -> None:
+        """Run an approved call (or tell the model it was declined), or wait out one an interrupted reply left
+        running; its item and result are this reply's."""
+        call = carried.call
+        if not carried.approve:
             self.writer.conversation.add("tool", f"The caller declined the call to {call.name}; it did not run.")
             return
         item_id = new_id("item")
         self.reply.calls.append((item_id, call))
-        self.reply.approved[item_id] = request_id
+        if carried.approval_request_id is not None:
+            self.reply.approved[item_id] = carried.approval_request_id
         self.emit(FunctionCallStarted(self.turn, item_id, call))
         self.emit(FunctionCallDone(self.turn, item_id, call))
-        self._ran(item_id, call, await self.toolbox.run(call), request_id)
+        result = await (carried.running if carried.running is not None else self.toolbox.run(call))
+        self._ran(item_id, call, result, carried.approval_request_id)
 
     def space(self) -> None:
         """A space between what the reply said and what it says next, after a pause for a tool."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -118,3 +119,14 @@ class Reply:
     def copy(self) -> Reply:
         return replace(self, calls=list(self.calls), results=dict(self.results), awaiting=set(self.awaiting),
                        approved=dict(self.approved))
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """A call a reply runs (or whose run it waits out) before it writes its answer: one the client approved
+    (or declined) by `approval_request_id`, or one an interrupted reply left `running`."""
+
+    call: FunctionCall
+    approval_request_id: str | None = None
+    approve: bool = True
+    running: asyncio.Task[ToolResult] | None = None

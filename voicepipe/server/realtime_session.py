@@ -36,7 +36,7 @@ def native_update(session: Any) -> dict:
         raise UnsupportedSession(f"session type {session.get('type')!r} is not supported; use 'realtime'")
     native: dict[str, Any] = {}
     ignored = [name for name in session if name in IGNORED]
-    for name in ("instructions", "scheduler", "tools", "tool_choice", "truncation"):
+    for name in ("instructions", "scheduler", "tools", "tool_choice", "truncation", "interrupt_tool_calls"):
         if name in session:
             native[name] = session[name]
     modalities = session.get("output_modalities", session.get("modalities"))
@@ -62,6 +62,7 @@ def native_update(session: Any) -> dict:
     unknown = [k for k in session if k not in (*IGNORED, "type", "instructions", "scheduler", "audio", "tools",
                                                "truncation",
                                                "tool_choice", "input_audio_noise_reduction", "echo_cancellation",
+                                               "interrupt_tool_calls",
                                                "output_modalities", "modalities",
                                                "input_audio_format", "output_audio_format", "turn_detection")]
     if ignored or unknown:
@@ -112,7 +113,8 @@ def ga_session(native: dict, model: str, beta: bool, heard: WireAudio = PCM, sai
     common = {"id": native["id"], "object": "realtime.session", "model": model,
               "instructions": native["instructions"], "tools": native["tools"], "tool_choice": native["tool_choice"],
               "scheduler": native["scheduler"], "limits": native["limits"],
-              "echo_cancellation": native["echo_cancellation"]}  # this server's own, beside its scheduler
+              "echo_cancellation": native["echo_cancellation"],  # this server's own, beside its scheduler
+              "interrupt_tool_calls": native["interrupt_tool_calls"]}
     if beta:
         spoken = native["output_modalities"] == ["audio"]
         return {**common, "modalities": ["audio", "text"] if spoken else ["text"], "voice": "piper",

@@ -1,0 +1,116 @@
+"""The MCP servers one call names, connected and listed: those its session names (their tools offered to every
+reply from then on) and those one `response.create` names (that reply starts once they are listed). Each
+listing runs in a task of its own, so a slow server holds up nothing else, and the client hears of each as
+OpenAI's `mcp_list_tools` item. A server a response named stays connected for the next response that names
+it the same way, until a session update lets it go."""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+from voicepipe.call.client_events import ClientError
+from voicepipe.constrained import tools
+from voicepipe.constrained.tools import Tool
+from voicepipe.ids import new_id
+from voicepipe.mcp_servers import ServerSpec, Toolbox
+from voicepipe.pipeline import CallConfig
+from voicepipe.pipeline.events import Event
+from voicepipe.pipeline.requests import ResponseRequested, SessionUpdate, ToolsListed
+from voicepipe.protocol import server_events
+
+
+class McpListings:
+    def __init__(self, toolbox: Toolbox, config: CallConfig, send: Callable[..., Awaitable[None]],
+                 push: Callable[[Event], None], prepare: Callable[[list], Awaitable[None]]) -> None:
+        self.toolbox, self.config = toolbox, config
+        self._send, self._push, self._prepare = send, push, prepare  # `prepare` compiles grammars (ClientError)
+        self._tasks: set[asyncio.Task] = set()
+        self._listed: dict[str, tuple[ServerSpec, tuple[Tool, ...]]] = {}  # each held server's spec and tools
+
+    def session_named(self, update: SessionUpdate) -> None:
+        """Connect the servers a session update names anew, and let go of those it no longer names (a
+        response's among them)."""
+        named = {spec.label: spec for spec in update.servers}
+        the_sessions = {spec.label for spec in self.config.servers}  # as they were before this update
+        for label in self.toolbox.labels - set(named):
+            self._listed.pop(label, None)
+            self._spawn(self.toolbox.drop(label))
+        for spec in named.values():
+            if self.toolbox.spec(spec.label) != spec or spec.label not in the_sessions:
+                self._spawn(self._for_session(spec, update))
+
+    def reply_named(self, request: ResponseRequested, cause: str | None) -> None:
+        """List the servers a `response.create` names (those not held as it names them), then start its reply
+        with their tools beside its functions; `cause` is its event id, for an error."""
+        self._spawn(self._for_reply(request, cause))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _for_session(self, spec: ServerSpec, update: SessionUpdate) -> None:
+        """One server of the session's, its tools compiled into the grammar beside the session's functions
+        and offered to the replies from now on."""
+        taken = {t.name for t in (*update.tools, *self.config.server_tools) if t.server != spec.label}
+        listed = await self._list(spec, taken, (list(update.tools), update.tool_choice))
+        if listed is not None:
+            self._push(ToolsListed(spec.label, listed))
+
+    async def _for_reply(self, request: ResponseRequested, cause: str | None) -> None:
+        own = request.tools
+        offered = list(own.tools or ())
+        the_sessions = {spec.label: spec for spec in self.config.servers}
+        for spec in own.servers:
+            held = self._listed.get(spec.label)
+            if held is not None and held[0] == spec:
+                offered += [t for t in held[1] if t.name not in {o.name for o in offered}]
+            elif spec.label in the_sessions:
+                await self._send(server_events.error(
+                    "invalid_response", f"MCP server label {spec.label!r} already names another server in this "
+                    "session", event_id=cause, param="response.tools"))
+                return
+            else:
+                offered += await self._list(spec, {t.name for t in offered}) or ()
+        try:
+            chosen = tools.choose(offered, own.choice, "response.tool_choice")
+            if chosen:
+                await self._prepare(tools.grammars(offered, chosen, "response.tools"))
+        except (ValueError, ClientError) as e:
+            code, param = (e.code, e.param) if isinstance(e, ClientError) else ("invalid_response", None)
+            await self._send(server_events.error(code, str(e), event_id=cause, param=param))
+            return
+        self._push(replace(request, tools=replace(own, tools=tuple(offered), servers=())))
+
+    async def _list(self, spec: ServerSpec, taken: set[str], compile_with: tuple[list[Tool], Any] | None = None
+                    ) -> tuple[Tool, ...] | None:
+        """Connect `spec` and list its tools, leaving out names `taken`; with `compile_with` (other tools, the
+        choice), the grammar that calls them beside those is compiled now. None: it failed, and the client
+        has heard why."""
+        item_id = new_id("mcpl")
+        await self._send(*server_events.mcp_listing(item_id, spec.label, None))
+        listed = await self.toolbox.connect(spec, taken)
+        failure = listed.error
+        if failure is None and listed.tools and compile_with is not None:
+            others, choice = compile_with
+            offered = [*others, *listed.tools]
+            chosen = tools.choose(offered, choice)
+            try:
+                if chosen:
+                    await self._prepare(tools.grammars(offered, chosen, "session.tools"))
+            except ClientError as e:
+                failure = f"the tools of MCP server {spec.label!r}: {e}"
+        if failure is not None:
+            self._listed.pop(spec.label, None)
+            await self.toolbox.drop(spec.label)
+            await self._send(*server_events.mcp_listing(item_id, spec.label, None, failure))
+            return None
+        self._listed[spec.label] = (spec, listed.tools)
+        await self._send(*server_events.mcp_listing(item_id, spec.label, listed.described))
+        return listed.tools
