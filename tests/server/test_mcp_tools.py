@@ -289,6 +289,9 @@ async def test_a_barge_in_leaves_a_tool_running_when_asked_and_its_result_is_ans
                 await ws.send(json.dumps({"type": "input_audio_buffer.append",
                                           "audio": base64.b64encode(speech_24k()).decode()}))
 
+            await ws.send(json.dumps({"type": "session.update", "session": {"interrupt_tool_calls": "no"}}))
+            error = (await until("error"))["error"]
+            assert (error["code"], error["param"]) == ("invalid_session_update", "interrupt_tool_calls")
             await ws.send(json.dumps({"type": "session.update", "session": {
                 "type": "realtime", "tools": [mcp_tool(weather)], "interrupt_tool_calls": interrupt,
                 "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}}}}))

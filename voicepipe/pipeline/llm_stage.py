@@ -19,6 +19,7 @@ from voicepipe.pipeline.events import (
     Event,
     Feedback,
     IdleTimedOut,
+    InputCleared,
     Paced,
     PlaybackPaused,
     Played,
@@ -77,6 +78,7 @@ class LLMStage(Stage):
         self._primed = False
         self.keypad = Keypad(self.spawn, self._keyed)
         self._speculated = ""  # the caller's words a reply begun ahead answers
+        self._hearing: set[str] = set()  # the caller's utterances begun and not yet transcribed
         self._handlers = {SpeechStarted: self._speech_started, DropSpeculation: self._drop_speculation,
                           Speculate: self._speculate, TurnEnded: self._turn_ended, BargeInResolved: self._resolved,
                           CancelRequested: self._cancel_requested, TruncateRequested: self.items.truncate,
@@ -91,6 +93,10 @@ class LLMStage(Stage):
         return self.replies.turn
 
     async def process(self, event: Event) -> None:
+        if isinstance(event, SpeechStarted):
+            self._hearing.add(event.item_id)
+        elif isinstance(event, TranscriptFinal | InputCleared):
+            self._hearing.discard(event.item_id)
         if not isinstance(event, ACTED_ON):
             self.emit(event)
         if (handle := self._handlers.get(type(event))) is not None:
@@ -161,10 +167,15 @@ class LLMStage(Stage):
             self.spawn(self._fold_in(carried))
 
     async def _fold_in(self, carried: Carried) -> None:
-        """A call a barge-in left running has landed: once no reply is under way (the caller's own turn is
-        answered first), a reply of its own shows its result and answers with it."""
-        await asyncio.wait([carried.running])
-        while self.replies.answering or self.replies.speculating:
+        """A call a barge-in left running has landed (or had, its answer spoken over): once the caller is not
+        speaking and no reply is under way (their own turn is answered first), a reply of its own shows its
+        result and answers with it. An utterance never transcribed holds it up for the longest one at most."""
+        if carried.running is not None:
+            await asyncio.wait([carried.running])
+        waited_for_caller = 0.0
+        while self.replies.answering or self.replies.speculating or (
+                self._hearing and waited_for_caller < self.config.max_utterance_s):
+            waited_for_caller += FOLD_IN_POLL_S if self._hearing else 0.0
             await asyncio.sleep(FOLD_IN_POLL_S)
         self._reply(None, time.monotonic(), carried=carried)
 

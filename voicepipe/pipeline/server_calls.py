@@ -92,14 +92,15 @@ class ServerCalls:
 
     def interrupted(self, keep: bool) -> list[Carried]:
         """The reply was cancelled: its calls still running are cancelled too, or (`keep`) returned, to be
-        answered when they land."""
+        answered when they land, with those that ran but whose answer the caller spoke over."""
         running, self._running = self._running, {}
+        if not keep:
+            for task in running.values():
+                task.cancel()
+            return []
         calls = dict(self.reply.calls)
-        if keep:
-            return [Carried(calls[item_id], running=task) for item_id, task in running.items()]
-        for task in running.values():
-            task.cancel()
-        return []
+        ran = [Carried(calls[item_id], result=result) for item_id, result in self.reply.results.items()]
+        return [*ran, *(Carried(calls[item_id], running=task) for item_id, task in running.items())]
 
     async def carry(self, carried: Carried) -> None:
         """Run an approved call (or tell the model it was declined), or wait out one an interrupted reply left
@@ -114,7 +115,8 @@ class ServerCalls:
             self.reply.approved[item_id] = carried.approval_request_id
         self.emit(FunctionCallStarted(self.turn, item_id, call))
         self.emit(FunctionCallDone(self.turn, item_id, call))
-        result = await (carried.running if carried.running is not None else self.toolbox.run(call))
+        # A result the caller spoke over is read again, last, as what this reply answers.
+        result = carried.result or await (carried.running if carried.running is not None else self.toolbox.run(call))
         self._ran(item_id, call, result, carried.approval_request_id)
 
     def space(self) -> None:

@@ -124,9 +124,11 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class Carried:
     """A call a reply runs (or whose run it waits out) before it writes its answer: one the client approved
-    (or declined) by `approval_request_id`, or one an interrupted reply left `running`."""
+    (or declined) by `approval_request_id`, or one an interrupted reply left `running`, or whose `result`
+    it had but whose answer the caller spoke over."""
 
     call: FunctionCall
     approval_request_id: str | None = None
     approve: bool = True
     running: asyncio.Task[ToolResult] | None = None
+    result: ToolResult | None = None
