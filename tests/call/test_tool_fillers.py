@@ -69,3 +69,18 @@ async def test_a_slow_function_gets_a_filler_then_the_answer_and_the_next_call_i
     finally:
         client.leave()
         await asyncio.wait_for(served, 5)
+    # Another call of the server: the function's time is known, and its filler's audio was kept.
+    client = QueueTransport()
+    served = asyncio.create_task(Session(client, runtime, Limits()).run())
+    try:
+        await client.until(ServerEvent.SESSION_CREATED)
+        client.put({"type": ClientEvent.SESSION_UPDATE, "session": {"tools": [LOOKUP]}}, *ASK)
+        await client.until(ServerEvent.RESPONSE_DONE)
+        called_at, synthesized = time.monotonic(), len(engine.jobs)
+        filler = (await client.until(ServerEvent.RESPONSE_DONE, 2))["response"]
+        assert time.monotonic() - called_at < GRACE_S  # at once, not after a never-called function's grace
+        assert filler["output"][0]["text"] == CallConfig().fillers[0] and len(engine.jobs) == synthesized
+        assert any(isinstance(m, bytes) for m in client.sent)  # heard all the same
+    finally:
+        client.leave()
+        await asyncio.wait_for(served, 5)

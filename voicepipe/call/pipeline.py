@@ -36,8 +36,9 @@ def build_pipeline(runtime: Runtime, call_id: str, config: CallConfig, conversat
         VADStage(endpointer),
         ASRStage(engine, runtime.asr_rate, config),
         TurnTaking(engine, runtime.tokenizer, conversation, config, call_id),
-        LLMStage(engine, runtime.tokenizer, conversation, config, call_id, toolbox),
+        LLMStage(engine, runtime.tokenizer, conversation, config, call_id, toolbox, runtime.function_times),
         SentenceAggregator(),
-        TTSStage(engine, runtime.tts_rate, lambda: config.synthesis_horizon_s),
+        TTSStage(engine, runtime.tts_rate, lambda: config.synthesis_horizon_s, lambda: config.fillers,
+                 runtime.said),
         ClientOutput(send, runtime.registry, runtime.tts_rate, describe, hang_up),
     ])

@@ -24,6 +24,7 @@ from voicepipe.backends.loading import (
     voice_info,
 )
 from voicepipe.mcp_servers import McpPolicy
+from voicepipe.pipeline.tts_stage import SaidPhrases
 
 
 @dataclass
@@ -35,6 +36,9 @@ class Runtime:
     tts_rate: int
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)  # the calls' and the API's metrics
     mcp: McpPolicy = field(default_factory=McpPolicy)  # the MCP servers calls may use
+    # Learnt across calls: how long each client-run function takes (by name), and the set phrases' audio.
+    function_times: dict[str, float] = field(default_factory=dict)
+    said: SaidPhrases = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:

@@ -63,13 +63,15 @@ class LLMStage(Stage):
     `PlaybackPaused`), so a reply cut off keeps only its heard words in the conversation."""
 
     def __init__(self, engine: Engine, tokenizer: Any, conversation: Conversation, config: CallConfig,
-                 call_id: str, toolbox: Toolbox | None = None) -> None:
+                 call_id: str, toolbox: Toolbox | None = None, function_times: dict[str, float] | None = None
+                 ) -> None:
         super().__init__()
         self.engine, self.tokenizer, self.conversation = engine, tokenizer, conversation
         self.config, self.call_id = config, call_id
         self.writer = ReplyWriter(engine, tokenizer, conversation, config, self.emit, toolbox)
         self.items = Items(conversation, self.emit)
-        self.tool_wait = ToolWait()
+        # The client's functions' times, learnt across the server's calls where it shares them.
+        self.tool_wait = ToolWait({} if function_times is None else function_times)
         self._phrases = itertools.cycle(config.fillers)
         self.replies = Responder(self, engine, self.writer, self.items, config, call_id, self._calls_made,
                                  self._phrases, self._left_running)

@@ -4,6 +4,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 
 from scheduler import RequestClass
 from voicepipe.backends.loading import TTS_SENTENCE
@@ -28,6 +31,8 @@ from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Turn
 
 log = logging.getLogger(__name__)
+Synthesized = tuple[list[np.ndarray], float, Any]  # the audio's chunks, the device seconds, its words' ends
+SaidPhrases = dict[str, Synthesized]  # set phrases as synthesized once, by their text
 
 
 class TTSStage(Stage):
@@ -40,11 +45,16 @@ class TTSStage(Stage):
     passes (`Played`, `PlaybackPaused`), knows the sentences it is still to synthesize, and tells the LLM
     stage upstream when its request must deliver (`Paced`) whenever that moves. A sentence waits to be
     synthesized until the caller has less than `horizon_s()` of the reply still to hear.
+
+    The set phrases (`phrases()`: the fillers said while a tool runs) are synthesized once and kept in
+    `said`, which every call of the server shares: a filler is heard as soon as it is decided.
     """
 
-    def __init__(self, engine: Engine, sample_rate: int, horizon_s: Callable[[], float] = lambda: 4.0) -> None:
+    def __init__(self, engine: Engine, sample_rate: int, horizon_s: Callable[[], float] = lambda: 4.0,
+                 phrases: Callable[[], tuple[str, ...]] = tuple, said: SaidPhrases | None = None) -> None:
         super().__init__()
         self.engine, self.sample_rate, self.pacing, self.horizon_s = engine, sample_rate, Pacing(), horizon_s
+        self.phrases, self.said = phrases, {} if said is None else said
         self._turn: Turn | None = None
         self._queue: asyncio.Queue[Sentence | TextDone] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
@@ -86,21 +96,29 @@ class TTSStage(Stage):
             while (early := max(self.pacing.ahead(turn, now := time.monotonic()), runs_out - now)
                    - self.horizon_s()) > 0:
                 await asyncio.sleep(early)  # the caller has enough to hear for now
-            try:
-                # A speculative reply's sentences wait behind confirmed turns' realtime work.
-                cls = RequestClass.INTERACTIVE if turn.speculative else RequestClass.REALTIME
-                chunks, seconds, ends = await self.engine.run_job(TTS_SENTENCE, sentence.text, cls=cls,
-                                                                  deadline=self.pacing.tts_deadline(turn))
-            except Exception:  # one sentence the voice cannot say must not silence the rest of the reply
-                log.exception("synthesis failed for %r", sentence.text)
-                self.emit(Error("tts_failed", "a sentence of the reply could not be synthesized", "server_error"))
-                chunks, seconds, ends = [], 0.0, None
+            kept = self.said.get(sentence.text.strip())
+            chunks, seconds, ends = kept if kept is not None else await self._synthesize(turn, sentence.text)
             if turn.cancelled:
                 return
             turn.mark(Mark.SYNTHESIZED)
             audio_s = sum(len(c) for c in chunks) / self.sample_rate
             runs_out = max(runs_out, time.monotonic()) + audio_s
-            self.pacing.synthesized(turn, sentence.index, sentence.text, audio_s, seconds)
+            # A kept phrase took no synthesis now: the estimates learn nothing from it.
+            self.pacing.synthesized(turn, sentence.index, sentence.text, 0.0 if kept else audio_s, seconds)
             for pcm in chunks:
                 self.emit(AudioOut(turn, pcm, sentence.index, sentence.text, None if ends is None else tuple(ends)))
         self.emit(TurnDone(turn, sentence.reply))
+
+    async def _synthesize(self, turn: Turn, text: str) -> Synthesized:
+        try:
+            # A speculative reply's sentences wait behind confirmed turns' realtime work.
+            cls = RequestClass.INTERACTIVE if turn.speculative else RequestClass.REALTIME
+            chunks, seconds, ends = await self.engine.run_job(TTS_SENTENCE, text, cls=cls,
+                                                              deadline=self.pacing.tts_deadline(turn))
+        except Exception:  # one sentence the voice cannot say must not silence the rest of the reply
+            log.exception("synthesis failed for %r", text)
+            self.emit(Error("tts_failed", "a sentence of the reply could not be synthesized", "server_error"))
+            return [], 0.0, None
+        if text.strip() in self.phrases() and chunks:
+            self.said[text.strip()] = (chunks, seconds, ends)
+        return chunks, seconds, ends
