@@ -108,7 +108,7 @@ class Responder:
             self.writer, self.writer.toolbox, self.config, self.stage.emit, self.stage.spawn, turn, reply, self.fillers)
         if request.carried is not None and calls is not None:
             await calls.carry(request.carried)
-            request = replace(request, prompt=calls.answer_prompt(), carried=None, after_calls=True)
+            request = replace(request, prompt=calls.answer_prompt(request.carried), carried=None, after_calls=True)
         await self.writer.write(turn, reply, request, deadline, probed, called, calls and calls.calling)
         # The server's calls run, and the reply goes on after their results (in words: one round of calls).
         if calls is not None and await calls.run() and not reply.awaiting and request.in_conversation:

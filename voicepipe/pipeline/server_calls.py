@@ -54,11 +54,20 @@ class ServerCalls:
         if expected is not None and expected > self.turn.deadline - time.monotonic() - ANSWER_S:
             self._company(0.0)
 
-    def answer_prompt(self) -> list[int]:
+    def answer_prompt(self, late: Carried | None = None) -> list[int]:
         """The prompt of the answer after the tools' results: without the tools' descriptions, as no call may
         follow (with them, the default model answered 1 of 3 results in words, talking about "this function"
-        in the others; without, 3 of 3; the cost is the prefix cache, as the system message changes)."""
-        return self.writer.conversation.prompt_ids(self.config.max_prompt_tokens, tool_instructions="")
+        in the others; without, 3 of 3; the cost is the prefix cache, as the system message changes).
+
+        The answer to a `late` call's result reads the question it was made for and the result alone: the
+        conversation went on meanwhile, and with all of it (or with a note asking for the earlier answer)
+        the default model answered the caller's newer words again in 3 of 3 tries."""
+        conversation = self.writer.conversation
+        if late is None or late.question is None:
+            return conversation.prompt_ids(self.config.max_prompt_tokens, tool_instructions="")
+        result = self.reply.results[self.reply.calls[-1][0]]
+        return conversation.prompt_of([{"role": "user", "content": late.question},
+                                       {"role": "tool", "content": result.text}], tool_instructions="")
 
     def _company(self, delay: float) -> None:
         if self._filler is None and self.turn.spoken and self.config.fillers:
@@ -99,8 +108,11 @@ class ServerCalls:
                 task.cancel()
             return []
         calls = dict(self.reply.calls)
-        ran = [Carried(calls[item_id], result=result) for item_id, result in self.reply.results.items()]
-        return [*ran, *(Carried(calls[item_id], running=task) for item_id, task in running.items())]
+        asked = self.writer.conversation.get(self.turn.item_id) if self.turn.item_id is not None else None
+        question = asked["content"] if asked is not None else None
+        ran = [Carried(calls[item_id], result=result, question=question)
+               for item_id, result in self.reply.results.items()]
+        return [*ran, *(Carried(calls[item_id], running=task, question=question) for item_id, task in running.items())]
 
     async def carry(self, carried: Carried) -> None:
         """Run an approved call (or tell the model it was declined), or wait out one an interrupted reply left

@@ -132,3 +132,4 @@ class Carried:
     approve: bool = True
     running: asyncio.Task[ToolResult] | None = None
     result: ToolResult | None = None
+    question: str | None = None  # what the caller asked that the call was made for (left running, or spoken over)
