@@ -71,3 +71,25 @@ def test_mixed_bench_counts_api_tokens_when_they_stream_not_when_the_request_end
     assert finished.tokens_between(0.0, 2.5) == 4 and finished.tokens_between(2.5, 9.0) == 4
     assert ApiRequest(0.0, [1.0, 2.0]).tokens_between(1.5, 9.0) == 1  # cut off: one token a chunk
     assert ApiRequest(0.0).tokens_between(0.0, 9.0) == 0
+
+
+def test_bench_engine_rounds_alternate_the_modes_order_and_report_medians(monkeypatch):
+    """Two rounds run o4, fcfs then fcfs, o4; each mode's figure is the median of its runs."""
+    from voicepipe.bench import engine_modes, engine_setup
+    from voicepipe.bench.engine_command import compare_modes
+    from voicepipe.bench.workload import Workload
+
+    order: list[str] = []
+    speeds = iter([100.0, 140.0, 120.0, 110.0])
+
+    def run_engine(model, tokenizer, items, config):
+        order.append(config.policy)
+        return {"throughput_tok_s": next(speeds), "steps": 7}
+
+    monkeypatch.setattr(engine_modes, "run_engine", run_engine)
+    monkeypatch.setattr(engine_setup, "items_for", lambda workload, tokenizer: [])
+    monkeypatch.setattr(engine_setup, "release_device_memory", lambda: None)
+    result = compare_modes(None, None, Workload(), ["o4", "fcfs"], {}, rounds=2)
+    assert order == ["o4", "fcfs", "fcfs", "o4"]
+    assert result["o4"] == {"throughput_tok_s": 105.0, "steps": 7, "rounds_throughput_tok_s": [100.0, 110.0]}
+    assert result["fcfs"]["throughput_tok_s"] == 130.0

@@ -4,6 +4,7 @@ loads only what the engine needs."""
 
 import argparse
 import logging
+import statistics
 import time
 
 from scheduler.config import DEFAULT_POLICY
@@ -25,6 +26,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a small workload (minutes, not tens of minutes)")
     parser.add_argument("--sweep", action="store_true", help="sweep max_batch_tokens x max_batch_seqs instead")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the modes this many times, in reverse order every other round, and report each "
+                             "mode's medians (one mode's throughput varied by up to 15%% between runs here)")
     add_llm_model_arguments(parser)
     parser.add_argument("--max-batch-tokens", type=int, help="tokens per step (default: the engine's)")
     parser.add_argument("--max-batch-seqs", type=int, help="sequences per step (default: the engine's)")
@@ -48,27 +52,39 @@ def workloads(quick: bool) -> dict[str, Workload]:
             "all_at_once": Workload(32, (32, 256), (64, 64))}
 
 
-def compare_modes(model, tokenizer, workload: Workload, modes: list[str], settings: dict) -> dict:
-    """Each mode on the workload; `settings` are the engine's (the knobs, the precision)."""
+def compare_modes(model, tokenizer, workload: Workload, modes: list[str], settings: dict, rounds: int = 1) -> dict:
+    """Each mode on the workload, `rounds` times (the order reversed every other round, so none always runs
+    first), each figure its median; `settings` are the engine's (the knobs, the precision)."""
     from scheduler import EngineConfig
     from voicepipe.bench.engine_modes import run_engine, run_hf_continuous_batching, run_hf_static
     from voicepipe.bench.engine_setup import items_for, release_device_memory
 
     items = items_for(workload, tokenizer)
-    results = {}
-    for mode in modes:
-        release_device_memory()
-        log.info("running %s on %d requests", mode, len(items))
-        if mode == "hf_static":
-            results[mode] = run_hf_static(model, tokenizer, items)
-        elif mode == "hf_cb":
-            try:
-                results[mode] = run_hf_continuous_batching(model, items)
-            except Exception as exc:  # an optional peer: report why it could not run
-                results[mode] = {"error": f"{type(exc).__name__}: {exc}"}
-        else:
-            results[mode] = run_engine(model, tokenizer, items, EngineConfig(policy=mode, **settings))
-    return results
+    runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+    for n in range(rounds):
+        for mode in modes if n % 2 == 0 else modes[::-1]:
+            release_device_memory()
+            log.info("running %s on %d requests", mode, len(items))
+            if mode == "hf_static":
+                result = run_hf_static(model, tokenizer, items)
+            elif mode == "hf_cb":
+                try:
+                    result = run_hf_continuous_batching(model, items)
+                except Exception as exc:  # an optional peer: report why it could not run
+                    result = {"error": f"{type(exc).__name__}: {exc}"}
+            else:
+                result = run_engine(model, tokenizer, items, EngineConfig(policy=mode, **settings))
+            runs[mode].append(result)
+    return {mode: medians(results) for mode, results in runs.items()}
+
+
+def medians(results: list[dict]) -> dict:
+    """One mode's runs as one: each number its median, and every run's throughput beside it."""
+    if len(results) == 1 or any("error" in r for r in results):
+        return results[0]
+    numbers = {k for k, v in results[0].items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    merged = {k: statistics.median(r[k] for r in results) if k in numbers else v for k, v in results[0].items()}
+    return {**merged, "rounds_throughput_tok_s": [r["throughput_tok_s"] for r in results]}
 
 
 def sweep(model, tokenizer, quick: bool, settings: dict) -> list[dict]:
@@ -131,14 +147,14 @@ def run_engine_bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"voicepipe: error: unknown workloads {', '.join(sorted(unknown))}")
         loads = workloads(args.quick)
         report["workload"] = loads["mixed"].describe()
-        report["modes"] = compare_modes(model, tokenizer, loads["mixed"], modes, settings)
+        report["modes"] = compare_modes(model, tokenizer, loads["mixed"], modes, settings, args.rounds)
         print_table("mixed: all requests at once, output lengths vary", report["modes"])
         for name, title in (("poisson", f"Poisson arrivals, {loads['poisson'].poisson_rate}/s"),
                             ("all_at_once", "all at once, equal output lengths")):
             if name not in chosen:
                 continue
             report[name] = {"workload": loads[name].describe(),
-                            "modes": compare_modes(model, tokenizer, loads[name], modes, settings)}
+                            "modes": compare_modes(model, tokenizer, loads[name], modes, settings, args.rounds)}
             print_table(title, report[name]["modes"])
         report["roofline"] = decode_roofline(model, tokenizer, engine["precision"],
                                              prompt_ids=roofline_prompt(tokenizer),
