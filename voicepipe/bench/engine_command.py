@@ -26,7 +26,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a small workload (minutes, not tens of minutes)")
     parser.add_argument("--sweep", action="store_true", help="sweep max_batch_tokens x max_batch_seqs instead")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
-    parser.add_argument("--rounds", type=int, default=1,
+    parser.add_argument("--rounds", type=positive, default=1,
                         help="run the modes this many times, in reverse order every other round, and report each "
                              "mode's medians (one mode's throughput varied by up to 15%% between runs here)")
     add_llm_model_arguments(parser)
@@ -39,6 +39,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                              "batch-1 and batch-16 decode against the bandwidth limit, and all-at-once "
                              "throughput against transformers' generate in static batches of 32")
     add_engine_setup_arguments(parser)
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not {text!r}")
+    return int(text)
 
 
 def workloads(quick: bool) -> dict[str, Workload]:
@@ -80,8 +86,9 @@ def compare_modes(model, tokenizer, workload: Workload, modes: list[str], settin
 
 def medians(results: list[dict]) -> dict:
     """One mode's runs as one: each number its median, and every run's throughput beside it."""
-    if len(results) == 1 or any("error" in r for r in results):
-        return results[0]
+    failed = next((r for r in results if "error" in r), None)
+    if len(results) == 1 or failed is not None:
+        return failed or results[0]
     numbers = {k for k, v in results[0].items() if isinstance(v, int | float) and not isinstance(v, bool)}
     merged = {k: statistics.median(r[k] for r in results) if k in numbers else v for k, v in results[0].items()}
     return {**merged, "rounds_throughput_tok_s": [r["throughput_tok_s"] for r in results]}

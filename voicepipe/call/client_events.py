@@ -258,7 +258,7 @@ def checked_tools(fields: dict, where: str, code: str, config: CallConfig, choic
     them resolved, checked; ClientError (`code`, or schema_too_complex) names the field at fault under `where`."""
     try:
         found = tools.parse_tools(fields["tools"], f"{where}.tools", nested=False, servers=servers) \
-            if "tools" in fields else [*config.tools, *config.server_tools]
+            if "tools" in fields else list(config.offered)
         return found, tools.choose(found, choice, f"{where}.tool_choice")
     except SchemaTooComplex as e:
         raise ClientError(str(e), "schema_too_complex", str(e).split(":")[0]) from None

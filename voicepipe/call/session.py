@@ -194,8 +194,7 @@ class Session:
                 self.listings.reply_named(request, self._cause)  # it starts once they are listed
                 return None
             if own is not None:  # a choice alone: among the session's tools as they are now
-                offered = list(own.tools) if own.tools is not None else [*self.config.tools,
-                                                                         *self.config.server_tools]
+                offered = list(own.tools if own.tools is not None else self.config.offered)
                 chosen = tools.choose(offered, own.choice)
                 if chosen:
                     await self._prepare(tools.grammars(offered, chosen, "response.tools"))
@@ -223,10 +222,11 @@ class Session:
         once, and the scheduler's knobs, which the engine checks all of before applying any); the stages
         apply the rest, and the output stage answers `session.updated`."""
         update = client_events.session_update(fields, self.config, self.mcp)
-        changes_tools = "tools" in fields or "tool_choice" in fields
-        chosen = tools.choose(list(update.tools), update.tool_choice)
-        if chosen and changes_tools:
-            await self._prepare(tools.grammars(list(update.tools), chosen, "session.tools"))
+        # Without new tools, a new choice is among the functions and the servers' tools listed already.
+        offered = list(update.tools) if "tools" in fields else list(self.config.offered)
+        chosen = tools.choose(offered, update.tool_choice)  # checked by `session_update`
+        if chosen and ("tools" in fields or "tool_choice" in fields):
+            await self._prepare(tools.grammars(offered, chosen, "session.tools"))
         knobs = fields.get("scheduler", {})
         if not isinstance(knobs, dict):
             raise client_events.ClientError("scheduler must be an object", "invalid_session_update")

@@ -65,6 +65,9 @@ class Toolbox:
         try:
             client = await connection.open(self.policy.list_timeout_s)
             listing = await asyncio.wait_for(client.list_tools(), self.policy.list_timeout_s)
+        except asyncio.CancelledError:  # the call ended meanwhile
+            await connection.close()
+            raise
         except Exception as e:  # noqa: BLE001 - any failure to list (a timeout too) is the listing's error
             await connection.close()
             reason = "timed out" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
@@ -85,6 +88,7 @@ class Toolbox:
             described.append({"name": tool.name, "description": tool.description, "input_schema": schema,
                               "annotations": None if tool.annotations is None else
                               tool.annotations.model_dump(by_alias=True, exclude_none=True)})
+        await self.drop(spec.label)  # one connected meanwhile under the same label gives way
         self._servers[spec.label] = (connection, read_only)
         return Listed(spec.label, tuple(tools), tuple(described))
 

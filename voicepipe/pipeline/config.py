@@ -50,3 +50,9 @@ class CallConfig:
     # (the session's `truncation`: below 1, the turns after a cut reuse the prefix the KV cache holds).
     max_prompt_tokens: int = 2048
     retention_ratio: float = 1.0
+
+    @property
+    def offered(self) -> tuple[Tool, ...]:
+        """What a reply may call unless it is given its own tools: the session's functions and the tools its
+        MCP servers have listed."""
+        return (*self.tools, *self.server_tools)

@@ -37,7 +37,6 @@ from voicepipe.pipeline.requests import (
     ItemCreated,
     ItemRequested,
     KeyPressed,
-    ReplyTools,
     ResponseRequested,
     SessionUpdate,
     ToolsListed,
@@ -99,6 +98,8 @@ class LLMStage(Stage):
             self._hearing.add(event.item_id)
         elif isinstance(event, TranscriptFinal | InputCleared):
             self._hearing.discard(event.item_id)
+        elif isinstance(event, TurnEnded):  # the caller's turn is over: an utterance never transcribed is too
+            self._hearing.clear()
         if not isinstance(event, ACTED_ON):
             self.emit(event)
         if (handle := self._handlers.get(type(event))) is not None:
@@ -145,7 +146,7 @@ class LLMStage(Stage):
 
     def _retool(self) -> None:
         """What the system prompt says the model may call: the session's functions and its servers' tools."""
-        offered = [*self.config.tools, *self.config.server_tools]
+        offered = list(self.config.offered)
         chosen = tools.choose(offered, self.config.tool_choice)
         self.conversation.tool_instructions = tools.instructions(offered, chosen) if chosen else ""
 
@@ -284,7 +285,7 @@ class LLMStage(Stage):
         turn.last = asked.last
         if not asked.out_of_band:
             self.conversation.add("assistant", "", turn.output_item_id, spoken=turn.spoken)
-        own = None if asked.tools is None else self._own_tools(asked.tools)
+        own = None if asked.tools is None else self._own_tools(asked)
         tool_instructions = None if own is None else tools.instructions(*own) if own[1] else ""
         if asked.say is not None:
             prompt = []
@@ -301,14 +302,15 @@ class LLMStage(Stage):
         self.replies.begin(turn, request, asked.metadata, asked.out_of_band)
         return turn
 
-    def _own_tools(self, given: ReplyTools) -> tuple[tuple[Tool, ...], str | None]:
+    def _own_tools(self, asked: ResponseRequested) -> tuple[tuple[Tool, ...], str | None]:
         """A reply's own tools and the choice among them, resolved now: a choice alone is among the session's
         tools as they are (its servers' listed ones too), after every update sent before it."""
-        offered = given.tools if given.tools is not None else (*self.config.tools, *self.config.server_tools)
+        given = asked.tools
+        offered = given.tools if given.tools is not None else self.config.offered
         try:
             return offered, tools.choose(list(offered), given.choice, "response.tool_choice")
-        except ValueError as e:  # the tool it named is no longer offered
-            self.emit(Error("invalid_response", str(e)))
+        except ValueError as e:  # the tool it named is no longer offered: the reply calls nothing
+            self.emit(Error("invalid_response", str(e), event_id=asked.event_id))
             return offered, None
 
     def _input(self, given: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:

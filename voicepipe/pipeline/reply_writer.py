@@ -47,7 +47,7 @@ class ReplyRequest:
     tools: tuple[tuple[Any, ...], str | None] | None = None  # (tools, choice) for this reply; None: the session's
     words_only: bool = False
     # A call run (or waited out) before the reply is written: one the client has just approved or declined,
-    # or one a barge-in left running (`server_calls.Carried`).
+    # or one a barge-in left running or spoke over.
     carried: Carried | None = None
     after_calls: bool = False  # the answer after its calls' results: in plain words (no call after a call)
     say: str | None = None  # the reply's words, given: nothing is asked of the engine
@@ -69,7 +69,7 @@ class ReplyWriter:
         if request.say is not None:
             self._said(turn, reply, [("text", request.say)], request.in_conversation, called, calling)
             return
-        offered = (*self.config.tools, *self.config.server_tools)
+        offered = self.config.offered
         callable_, choice = request.tools or (offered, tools.choose(list(offered), self.config.tool_choice))
         # With tools and none to call ("none"), the model still copied the call format from the conversation
         # into words the caller would hear: such a reply is held to plain words too.

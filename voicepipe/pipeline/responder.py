@@ -64,6 +64,7 @@ class Responder:
         """Stream `turn`'s reply; with `early` (a reply begun at that pause), what its prefill read of the end
         of the caller's turn goes up to turn-taking."""
         self.turn, self.written, self._due = turn, Reply(prompt_tokens=len(request.prompt)), None
+        self._calls = None  # the previous reply's, until this one's task makes its own
         turn.mark(Mark.REPLY_STARTED)  # before the end of speech (a negative time) when speculative
         # Here, not in the task: a cancel may come before the task runs.
         self.stage.emit(ResponseCreated(turn, turn.speculative, metadata, out_of_band))

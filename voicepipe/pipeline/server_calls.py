@@ -41,6 +41,7 @@ class ServerCalls:
         self._speaking = asyncio.Event()
         self._phrases = phrases  # the call's filler phrases, in turn
         self._running: dict[str, asyncio.Task[ToolResult]] = {}  # the calls being run, by item id
+        self._carried: Carried | None = None  # the call this reply was begun to answer, if any
 
     def calling(self, call: FunctionCall) -> None:
         """The model began writing `call`: the answer's prompt (the tools' descriptions left out) is computed
@@ -109,15 +110,18 @@ class ServerCalls:
             return []
         calls = dict(self.reply.calls)
         asked = self.writer.conversation.get(self.turn.item_id) if self.turn.item_id is not None else None
-        question = asked["content"] if asked is not None else None
-        ran = [Carried(calls[item_id], result=result, question=question)
+        # A reply begun to answer a carried call answers the question that call was made for.
+        question = asked["content"] if asked is not None else self._carried and self._carried.question
+        request_id = self._carried and self._carried.approval_request_id
+        ran = [Carried(calls[item_id], request_id, result=result, question=question)
                for item_id, result in self.reply.results.items()]
-        return [*ran, *(Carried(calls[item_id], running=task, question=question) for item_id, task in running.items())]
+        return [*ran, *(Carried(calls[item_id], request_id, running=task, question=question)
+                        for item_id, task in running.items())]
 
     async def carry(self, carried: Carried) -> None:
         """Run an approved call (or tell the model it was declined), or wait out one an interrupted reply left
         running; its item and result are this reply's."""
-        call = carried.call
+        call, self._carried = carried.call, carried
         if not carried.approve:
             self.writer.conversation.add("tool", f"The caller declined the call to {call.name}; it did not run.")
             return
@@ -127,8 +131,14 @@ class ServerCalls:
             self.reply.approved[item_id] = carried.approval_request_id
         self.emit(FunctionCallStarted(self.turn, item_id, call))
         self.emit(FunctionCallDone(self.turn, item_id, call))
-        # A result the caller spoke over is read again, last, as what this reply answers.
-        result = carried.result or await (carried.running if carried.running is not None else self.toolbox.run(call))
+        if carried.result is not None:  # spoken over: the conversation has it from the reply it was made for
+            self.reply.results[item_id] = carried.result
+            self.emit(ToolRan(self.turn, item_id, call, carried.result, carried.approval_request_id))
+            return
+        # Shielded, as in `run`: a barge-in decides whether the call goes on.
+        self._running[item_id] = carried.running or self.spawn(self.toolbox.run(call))
+        result = await asyncio.shield(self._running[item_id])
+        del self._running[item_id]
         self._ran(item_id, call, result, carried.approval_request_id)
 
     def space(self) -> None:
