@@ -373,3 +373,38 @@ async def test_a_tool_choice_alone_in_a_response_keeps_the_session_s_mcp_tools(s
         assert error.error.code == "invalid_response" and "already names another server" in error.error.message
     finally:
         await connection.close()
+
+
+async def test_a_response_cancelled_while_its_server_is_listed_never_starts():
+    """A server that accepts the connection and never answers: the response naming it waits for its listing,
+    and a `response.cancel` meanwhile means it never starts; uncancelled, it starts when the listing times
+    out."""
+    async def hold(reader, writer) -> None:
+        await reader.read()  # never answers
+
+    silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{silent.sockets[0].getsockname()[1]}/mcp"
+    try:
+        async with fake_server(Limits(), reply="Fine.", mcp=McpPolicy(allowed_urls=(url,), list_timeout_s=0.5)) as (
+                server, _):
+            client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused",
+                                        websocket_base_url=f"ws://127.0.0.1:{server.port}/v1")
+            async with client.realtime.connect(model="voicepipe") as connection:
+                await connection.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+                await connection.response.create(response={"tools": [mcp_tool(url)]})
+                seen: list = []
+                await read_until(connection, "mcp_list_tools.in_progress", seen)
+                await connection.response.cancel()
+                with pytest.raises(TimeoutError):
+                    await read_until(connection, "response.created", seen, timeout_s=2.5)
+                await connection.response.create()  # the call goes on
+                assert (await read_until(connection, "response.done", seen)).response.status == "completed"
+                # Not cancelled, the response starts once the listing gives up (0.5 s), without the server's
+                # tools: closing a connection still being made does not wait for it (it took 5.5 s).
+                started = time.monotonic()
+                await connection.response.create(response={"tools": [mcp_tool(url)]})
+                await read_until(connection, "mcp_list_tools.failed", seen)
+                assert (await read_until(connection, "response.done", seen)).response.status == "completed"
+                assert time.monotonic() - started < 2.5
+    finally:
+        silent.close()

@@ -2,7 +2,8 @@
 reply from then on) and those one `response.create` names (that reply starts once they are listed). Each
 listing runs in a task of its own, so a slow server holds up nothing else, and the client hears of each as
 OpenAI's `mcp_list_tools` item. A server a response named stays connected for the next response that names
-it the same way, until a session update lets it go."""
+it the same way, until a session update lets it go. A `response.cancel` drops the replies still waiting
+for their servers' listing."""
 
 import asyncio
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ class McpListings:
         self.toolbox, self.config = toolbox, config
         self._send, self._push, self._prepare = send, push, prepare  # `prepare` compiles grammars (ClientError)
         self._tasks: set[asyncio.Task] = set()
+        self._replies: set[asyncio.Task] = set()  # replies waiting for their servers to be listed
         self._listed: dict[str, tuple[ServerSpec, tuple[Tool, ...]]] = {}  # each held server's spec and tools
 
     def session_named(self, update: SessionUpdate) -> None:
@@ -43,17 +45,26 @@ class McpListings:
     def reply_named(self, request: ResponseRequested, cause: str | None) -> None:
         """List the servers a `response.create` names (those not held as it names them), then start its reply
         with their tools beside its functions; `cause` is its event id, for an error."""
-        self._spawn(self._for_reply(request, cause))
+        task = self._spawn(self._for_reply(request, cause))
+        self._replies.add(task)
+        task.add_done_callback(self._replies.discard)
+
+    def cancel_replies(self) -> None:
+        """The client cancelled: the replies still waiting for their servers never start (and their listings
+        stop; the next response that names a server lists it anew)."""
+        for task in self._replies:
+            task.cancel()
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> asyncio.Task:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _for_session(self, spec: ServerSpec, update: SessionUpdate) -> None:
         """One server of the session's, its tools compiled into the grammar beside the session's functions

@@ -177,6 +177,8 @@ class Session:
         if not isinstance(kind, str):
             raise client_events.ClientError("an event must be a JSON object with a string 'type'", "invalid_event")
         simple = SIMPLE.get(kind)
+        if kind == ClientEvent.RESPONSE_CANCEL:
+            self.listings.cancel_replies()
         if simple is not None:
             return simple(self._cause)
         if kind == ClientEvent.AUDIO_APPEND:

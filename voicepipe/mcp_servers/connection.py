@@ -37,7 +37,10 @@ class Connection:
                 await self._stop.wait()
         except BaseException as e:  # noqa: BLE001 - whatever ended the connection ends it for the call
             if not self._ready.done():
-                self._ready.set_exception(e if isinstance(e, Exception) else ConnectionError(repr(e)))
+                if isinstance(e, asyncio.CancelledError):
+                    self._ready.cancel()
+                else:
+                    self._ready.set_exception(e if isinstance(e, Exception) else ConnectionError(repr(e)))
             elif not isinstance(e, asyncio.CancelledError):
                 log.warning("MCP server %s: connection ended: %r", self.spec.label, e)
             if isinstance(e, asyncio.CancelledError):
@@ -55,14 +58,20 @@ class Connection:
         return spec.url
 
     async def close(self) -> None:
+        """Leave the server; one still being connected to (a listing that timed out) is given up at once."""
         self._stop.set()
         if self._task is None:
             return
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), CLOSE_S)
-        except Exception:  # noqa: BLE001 - closing (or timing out at it): nothing is left to tell
+        if not self._ready.done():  # nothing to close gracefully yet
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        else:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), CLOSE_S)
+            except Exception:  # noqa: BLE001 - closing (or timing out at it): nothing is left to tell
+                self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
         if not self._ready.done():
             self._ready.cancel()
+        elif not self._ready.cancelled():
+            self._ready.exception()  # read here if `open` gave up waiting: it is no news
 
