@@ -385,7 +385,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         (add_room_arguments, "room", "a speakerphone caller in synthetic rooms (echo, noise), the audio front end "
                                      "on and off"),
         (add_tools_arguments, "tools", "tools the server runs on the sample MCP server, spoken to in real time: "
-                                       "the server's own time per call, a slow tool's filler and answer"),
+                                       "the server's own time per call, a slow tool's filler and answer, a "
+                                       "client-run function's, and a question spoken over a slow tool"),
         (add_phone_arguments, "phone", "the same spoken questions from a real SIP phone (baresip) and on the "
                                        "websocket: first audio after the last word on each line"),
         (add_soak_arguments, "soak", "calls, text, tools, structured outputs, hostile clients and schemas together "
