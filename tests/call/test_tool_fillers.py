@@ -84,3 +84,14 @@ async def test_a_slow_function_gets_a_filler_then_the_answer_and_the_next_call_i
     finally:
         client.leave()
         await asyncio.wait_for(served, 5)
+
+
+def test_the_times_kept_are_bounded_and_the_oldest_function_goes_first(monkeypatch):
+    from voicepipe.pipeline import tool_wait
+
+    monkeypatch.setattr(tool_wait, "MAX_KEPT", 2)
+    wait = ToolWait()
+    for n, name in enumerate(("a", "b", "c")):
+        wait.called((name,), float(n), 10.0)
+        wait.answered(n + 0.5)
+    assert list(wait.expected_s) == ["b", "c"]

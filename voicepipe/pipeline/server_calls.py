@@ -104,6 +104,9 @@ class ServerCalls:
         """The reply was cancelled: its calls still running are cancelled too, or (`keep`) returned, to be
         answered when they land, with those that ran but whose answer the caller spoke over."""
         running, self._running = self._running, {}
+        for task in (self._filler, self._primed):  # a filler not yet said is not said for a cancelled reply
+            if task is not None:
+                task.cancel()
         if not keep:
             for task in running.values():
                 task.cancel()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 GRACE_S = 0.3  # how long a function never called before may take before the caller hears a filler
 ANSWER_S = 0.5  # from the function's result to the answer's first audio
 SMOOTHING = 0.5  # each call's time weighs this much in the function's expected time
+MAX_KEPT = 1024  # functions whose times are kept (shared by a server's calls, named by its clients): oldest go first
 
 
 @dataclass
@@ -40,6 +41,8 @@ class ToolWait:
         for name in names:
             took = now - since
             old = self.expected_s.get(name)
+            if old is None and len(self.expected_s) >= MAX_KEPT:
+                del self.expected_s[next(iter(self.expected_s))]
             self.expected_s[name] = took if old is None else (1 - SMOOTHING) * old + SMOOTHING * took
 
     @property
