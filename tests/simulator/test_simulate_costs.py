@@ -1,7 +1,9 @@
 """The simulator's clocks and its recalibration: a work-counting clock for a real engine on shared cores,
-a fit's rescaling, and the roofline's efficiencies fitted back from step times they priced."""
+a fit's rescaling, the roofline's efficiencies fitted back from step times they priced, and when this
+machine's cached fit is made again."""
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,22 @@ def test_efficiencies_are_fitted_back_from_the_step_times_they_priced():
     assert fitted.mfu == pytest.approx(0.55, abs=0.01) and fitted.mbu == pytest.approx(0.81, abs=0.01)
     assert fitted.overhead_s == pytest.approx(2.5e-3, abs=3e-4)
     assert info["relative_error_p90"] < 0.01
+
+
+def test_a_cached_fit_made_on_a_busier_machine_is_made_again_and_one_made_alike_is_kept(tmp_path, monkeypatch):
+    from voicepipe.simulate import calibrate as calibration
+
+    path = tmp_path / "fit.json"
+    FittedCost({"base_s": 0.01}, {"load_before": 2.5}).save(path)
+    made: list[Path] = []
+
+    def refit(where: Path) -> FittedCost:
+        made.append(where)
+        return FittedCost({"base_s": 0.005}, {"load_before": 0.1})
+
+    monkeypatch.setattr(calibration, "machine_fit_path", lambda: path)
+    monkeypatch.setattr(calibration, "calibrate", refit)
+    monkeypatch.setattr(calibration.os, "getloadavg", lambda: (2.0, 2.0, 2.0))
+    assert calibration.machine_fit().coefficients == {"base_s": 0.01} and not made  # as busy as it was
+    monkeypatch.setattr(calibration.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert calibration.machine_fit().coefficients == {"base_s": 0.005} and made == [path]  # quieter now

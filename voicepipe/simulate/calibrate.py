@@ -3,10 +3,12 @@
 Each model step the real engine runs is recorded with its shape and its time (the driver's, plan to outputs);
 the fit (scheduler.sim.fitted) is cached per machine (`costs.machine_fit_path`), where `--device cpu-measured`
 reads it. Set-up makes it (`python -m voicepipe.simulate.calibrate --if-missing`), and the first run that
-needs it makes it where set-up did not.
+needs it makes it where set-up did not. A fit made while other work kept the cores busy is pessimistic: it
+notes the load average it was made under, and is made again once the machine is clearly quieter.
 """
 
 import logging
+import os
 import platform
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from voicepipe.simulate.costs import CPU, FITTED, JOB_PRICES, machine_fit_path
 from voicepipe.simulate.run import measure
 
 log = logging.getLogger(__name__)
+QUIETER = 0.75  # how much lower the load average must be now than when the cached fit was made, to fit again
 
 
 def measure_runs(names: dict, model, tokenizer) -> dict[str, dict]:
@@ -28,13 +31,13 @@ def measure_runs(names: dict, model, tokenizer) -> dict[str, dict]:
     return runs
 
 
-def fit_runs(runs: dict[str, dict]) -> FittedCost:
+def fit_runs(runs: dict[str, dict], load_before: float = 0.0) -> FittedCost:
     steps = [(StepShape(**shape), seconds) for run in runs.values() for shape, seconds in run["steps_measured"]]
     import torch
 
     about = {"model": FITTED[0], "precision": FITTED[1], "fitted_on": list(runs),
              "machine": f"{platform.platform()}, torch {torch.__version__}, {torch.get_num_threads()} threads",
-             "date": time.strftime("%Y-%m-%d")}
+             "date": time.strftime("%Y-%m-%d"), "load_before": round(load_before, 2)}
     return FittedCost.fit([s for s, _ in steps], [t for _, t in steps], about)
 
 
@@ -42,17 +45,25 @@ def calibrate(path: Path | None = None) -> FittedCost:
     """Measure the calibration runs, fit them, and cache the fit (at `path`, else this machine's place)."""
     path = path or machine_fit_path()
     log.warning("fitting this machine's step costs on the calibration runs (a few minutes, once)")
+    load_before = os.getloadavg()[0]
     model, tokenizer = cpu_runs.load_model()
-    fit = fit_runs(measure_runs(cpu_runs.calibration_set(), model, tokenizer))
+    fit = fit_runs(measure_runs(cpu_runs.calibration_set(), model, tokenizer), load_before)
     path.parent.mkdir(parents=True, exist_ok=True)
     fit.save(path)
     return fit
 
 
 def machine_fit() -> FittedCost:
-    """This machine's fit: the cached one, else made now."""
+    """This machine's fit: the cached one, else (or if it was made on a busier machine than this is now) made
+    now."""
     path = machine_fit_path()
-    return FittedCost.load(path) if path.exists() else calibrate(path)
+    if path.exists():
+        cached = FittedCost.load(path)
+        if cached.about.get("load_before", 0.0) < os.getloadavg()[0] + QUIETER:
+            return cached
+        log.warning("this machine's fit was made under a load average of %s: fitting again",
+                    cached.about["load_before"])
+    return calibrate(path)
 
 
 def main(argv: list[str] | None = None) -> int:
