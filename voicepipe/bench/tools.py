@@ -45,17 +45,22 @@ async def direct_call_s(url: str, tool: str, runs: int) -> list[float]:
     return took
 
 
+async def name_server(caller: ScriptedCaller, mcp_url: str, tool: str, **session) -> None:
+    """The session names the sample MCP server, allowing `tool` alone, and must call it; once it is listed."""
+    server = {"type": "mcp", "server_label": "weather", "server_url": mcp_url, "allowed_tools": [tool],
+              "require_approval": "never"}
+    await caller.ws.send(json.dumps({"type": "session.update", "session": {
+        "instructions": INSTRUCTIONS, "tools": [server], "tool_choice": "required", **session}}))
+    if not await caller.until(lambda: bool(caller.of(ServerEvent.MCP_LIST_COMPLETED)), 30):
+        raise RuntimeError(f"the MCP server's tools were not listed: {caller.of(ServerEvent.ERROR)}")
+
+
 async def ask(url: str, tool: str, mcp_url: str, question: np.ndarray, limit_s: float = 60.0) -> dict:
     """One call, one spoken question, the reply made to call `tool`: the times that matter, on the caller's
     clock (from when its last sample went out)."""
     caller = await ScriptedCaller.call(url, {"type": "semantic_vad"})
     try:
-        server = {"type": "mcp", "server_label": "weather", "server_url": mcp_url, "allowed_tools": [tool],
-                  "require_approval": "never"}
-        await caller.ws.send(json.dumps({"type": "session.update", "session": {
-            "instructions": INSTRUCTIONS, "tools": [server], "tool_choice": "required"}}))
-        if not await caller.until(lambda: bool(caller.of(ServerEvent.MCP_LIST_COMPLETED)), 30):
-            raise RuntimeError(f"the MCP server's tools were not listed: {caller.of(ServerEvent.ERROR)}")
+        await name_server(caller, mcp_url, tool)
         caller.say(np.zeros(int(0.3 * RATE), np.float32))
         _, speech_end = caller.say(question)
         await caller.until(lambda: bool(caller.of(ServerEvent.RESPONSE_DONE)), limit_s)
@@ -118,13 +123,7 @@ async def ask_over_tool(url: str, mcp_url: str, question: np.ndarray, second: np
     word), and when the tool's own answer is heard after its result (the call's start plus `slow_s`)."""
     caller = await ScriptedCaller.call(url, {"type": "semantic_vad"})
     try:
-        server = {"type": "mcp", "server_label": "weather", "server_url": mcp_url,
-                  "allowed_tools": ["slow_forecast"], "require_approval": "never"}
-        await caller.ws.send(json.dumps({"type": "session.update", "session": {
-            "instructions": INSTRUCTIONS, "tools": [server], "tool_choice": "required",
-            "interrupt_tool_calls": False}}))
-        if not await caller.until(lambda: bool(caller.of(ServerEvent.MCP_LIST_COMPLETED)), 30):
-            raise RuntimeError(f"the MCP server's tools were not listed: {caller.of(ServerEvent.ERROR)}")
+        await name_server(caller, mcp_url, "slow_forecast", interrupt_tool_calls=False)
         caller.say(np.zeros(int(0.3 * RATE), np.float32))
         caller.say(question)
         await caller.until(lambda: bool(caller.of(ServerEvent.MCP_CALL_IN_PROGRESS)), limit_s)

@@ -11,7 +11,6 @@ from dataclasses import replace
 from typing import Any
 
 from voicepipe.call.client_events import ClientError
-from voicepipe.constrained import tools
 from voicepipe.constrained.tools import Tool
 from voicepipe.ids import new_id
 from voicepipe.mcp_servers import ServerSpec, Toolbox
@@ -23,12 +22,13 @@ from voicepipe.protocol import server_events
 
 class McpListings:
     def __init__(self, toolbox: Toolbox, config: CallConfig, send: Callable[..., Awaitable[None]],
-                 push: Callable[[Event], None], prepare: Callable[[list], Awaitable[None]]) -> None:
+                 push: Callable[[Event], None],
+                 compile_grammars: Callable[[list[Tool], Any, str], Awaitable[None]]) -> None:
         self.toolbox, self.config = toolbox, config
-        self._send, self._push, self._prepare = send, push, prepare  # `prepare` compiles grammars (ClientError)
+        self._send, self._push, self._compile = send, push, compile_grammars  # the session's, for tools and a choice
         self._tasks: set[asyncio.Task] = set()
         self._replies: set[asyncio.Task] = set()  # replies waiting for their servers to be listed
-        self._listed: dict[str, tuple[ServerSpec, tuple[Tool, ...]]] = {}  # each held server's spec and tools
+        self._listed: dict[str, tuple[Tool, ...]] = {}  # the tools each server the toolbox holds listed
 
     def session_named(self, update: SessionUpdate) -> None:
         """Connect the servers a session update names anew, and let go of those it no longer names (a
@@ -79,9 +79,8 @@ class McpListings:
         offered = list(own.tools or ())
         the_sessions = {spec.label: spec for spec in self.config.servers}
         for spec in own.servers:
-            held = self._listed.get(spec.label)
-            if held is not None and held[0] == spec:
-                offered += [t for t in held[1] if t.name not in {o.name for o in offered}]
+            if self.toolbox.spec(spec.label) == spec and spec.label in self._listed:
+                offered += [t for t in self._listed[spec.label] if t.name not in {o.name for o in offered}]
             elif spec.label in the_sessions:
                 await self._send(server_events.error(
                     "invalid_response", f"MCP server label {spec.label!r} already names another server in this "
@@ -90,9 +89,7 @@ class McpListings:
             else:
                 offered += await self._list(spec, {t.name for t in offered}) or ()
         try:
-            chosen = tools.choose(offered, own.choice, "response.tool_choice")
-            if chosen:
-                await self._prepare(tools.grammars(offered, chosen, "response.tools"))
+            await self._compile(offered, own.choice, "response")
         except (ValueError, ClientError) as e:
             code, param = (e.code, e.param) if isinstance(e, ClientError) else ("invalid_response", None)
             await self._send(server_events.error(code, str(e), event_id=cause, param=param))
@@ -110,11 +107,8 @@ class McpListings:
         failure = listed.error
         if failure is None and listed.tools and compile_with is not None:
             others, choice = compile_with
-            offered = [*others, *listed.tools]
-            chosen = tools.choose(offered, choice)
             try:
-                if chosen:
-                    await self._prepare(tools.grammars(offered, chosen, "session.tools"))
+                await self._compile([*others, *listed.tools], choice, "session")
             except ClientError as e:
                 failure = f"the tools of MCP server {spec.label!r}: {e}"
         if failure is not None:
@@ -122,6 +116,6 @@ class McpListings:
             await self.toolbox.drop(spec.label)
             await self._send(*server_events.mcp_listing(item_id, spec.label, None, failure))
             return None
-        self._listed[spec.label] = (spec, listed.tools)
+        self._listed[spec.label] = listed.tools
         await self._send(*server_events.mcp_listing(item_id, spec.label, listed.described))
         return listed.tools

@@ -18,6 +18,7 @@ from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
 from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
+from voicepipe.constrained.tools import Tool
 from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.ids import new_id
 from voicepipe.mcp_servers import McpPolicy, Toolbox
@@ -70,7 +71,7 @@ class Session:
         self.toolbox = Toolbox(self.mcp)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe,
                                        self.front, self.hang_up, self.toolbox)
-        self.listings = McpListings(self.toolbox, self.config, self.send, self.pipeline.push, self._prepare)
+        self.listings = McpListings(self.toolbox, self.config, self.send, self.pipeline.push, self._compile)
         self._send_lock = asyncio.Lock()
         self._responses: set[str] = set()  # response.created sent, response.done not yet
         self._cause: str | None = None  # the event_id of the client event being handled
@@ -196,10 +197,8 @@ class Session:
                 self.listings.reply_named(request, self._cause)  # it starts once they are listed
                 return None
             if own is not None:  # a choice alone: among the session's tools as they are now
-                offered = list(own.tools if own.tools is not None else self.config.offered)
-                chosen = tools.choose(offered, own.choice)
-                if chosen:
-                    await self._prepare(tools.grammars(offered, chosen, "response.tools"))
+                await self._compile(list(own.tools if own.tools is not None else self.config.offered), own.choice,
+                                    "response")
             return request
         if kind == ClientEvent.ITEM_CREATE:
             item = event.get("item")
@@ -225,10 +224,9 @@ class Session:
         apply the rest, and the output stage answers `session.updated`."""
         update = client_events.session_update(fields, self.config, self.mcp)
         # Without new tools, a new choice is among the functions and the servers' tools listed already.
-        offered = list(update.tools) if "tools" in fields else list(self.config.offered)
-        chosen = tools.choose(offered, update.tool_choice)  # checked by `session_update`
-        if chosen and ("tools" in fields or "tool_choice" in fields):
-            await self._prepare(tools.grammars(offered, chosen, "session.tools"))
+        if "tools" in fields or "tool_choice" in fields:
+            offered = list(update.tools) if "tools" in fields else list(self.config.offered)
+            await self._compile(offered, update.tool_choice, "session")
         knobs = fields.get("scheduler", {})
         if not isinstance(knobs, dict):
             raise client_events.ClientError("scheduler must be an object", "invalid_session_update")
@@ -244,10 +242,15 @@ class Session:
             self.listings.session_named(update)
         return update
 
-    async def _prepare(self, wanted: list) -> None:
-        """Compile the grammars a reply's calls need, in the engine; ClientError names what it refused."""
+    async def _compile(self, offered: list[Tool], choice: Any, where: str) -> None:
+        """Compile, in the engine, the grammars a reply that may call `offered` under `choice` needs (none when
+        it may call nothing); ValueError for a choice naming no offered tool, ClientError for what the engine
+        refused, each naming the field of `where` ("session" or "response") at fault."""
+        chosen = tools.choose(offered, choice, f"{where}.tool_choice")
+        if not chosen:
+            return
         try:
-            await grammars.prepare(self.runtime.engine, wanted)
+            await grammars.prepare(self.runtime.engine, tools.grammars(offered, chosen, f"{where}.tools"))
         except FieldRefused as e:
             raise client_events.ClientError(str(e), e.code, e.param) from None
         except EngineUnavailable:

@@ -90,10 +90,7 @@ class ServerCalls:
         self._company(delay)
         self._running = {item_id: self.spawn(self.toolbox.run(call)) for item_id, call in due}  # side by side
         for item_id, call in due:
-            # Shielded: a barge-in cancels the reply, and `interrupted` decides whether the call goes on.
-            result = await asyncio.shield(self._running[item_id])
-            del self._running[item_id]
-            self._ran(item_id, call, result)
+            self._ran(item_id, call, await self._landed(item_id))
         self.waits.answered(time.monotonic())
         if self._speaking.is_set():
             await self._filler
@@ -138,11 +135,15 @@ class ServerCalls:
             self.reply.results[item_id] = carried.result
             self.emit(ToolRan(self.turn, item_id, call, carried.result, carried.approval_request_id))
             return
-        # Shielded, as in `run`: a barge-in decides whether the call goes on.
         self._running[item_id] = carried.running or self.spawn(self.toolbox.run(call))
+        self._ran(item_id, call, await self._landed(item_id), carried.approval_request_id)
+
+    async def _landed(self, item_id: str) -> ToolResult:
+        """The result of the call being run for `item_id`. Shielded: a barge-in cancels the reply, and
+        `interrupted` decides whether the call goes on."""
         result = await asyncio.shield(self._running[item_id])
         del self._running[item_id]
-        self._ran(item_id, call, result, carried.approval_request_id)
+        return result
 
     def space(self) -> None:
         """A space between what the reply said and what it says next, after a pause for a tool."""
