@@ -8,6 +8,7 @@ from voicepipe.sip import sdp
 from voicepipe.sip.digest import DigestRealm, _response, authorization
 from voicepipe.sip.jitter import JitterBuffer
 from voicepipe.sip.rtp_packet import RtpPacket, TelephoneEvent, sequence_unwrapped
+from voicepipe.sip.rtp_source import RtpSource
 from voicepipe.wire_audio import PCMA
 
 ASTERISK_OFFER = (b"v=0\r\no=- 1 2 IN IP4 192.0.2.10\r\ns=Asterisk\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n"
@@ -75,6 +76,22 @@ def test_sequence_numbers_unwrap_past_65535_and_back():
     assert sequence_unwrapped(65535, 0) == 65536
     assert sequence_unwrapped(65536, 65534) == 65534  # a late one from before the wrap
     assert sequence_unwrapped(None, 7) == 7
+
+
+def test_the_callers_stream_is_numbered_on_with_its_gaps_wraps_and_reorders():
+    source = RtpSource()
+    assert [source.number(5, s) for s in (65533, 65535, 65534, 0, 2)] == [65533, 65535, 65534, 65536, 65538]
+
+
+def test_a_packet_far_from_the_stream_is_not_taken_and_a_new_ssrc_continues_the_count_once_confirmed():
+    source = RtpSource()
+    assert [source.number(5, s) for s in (100, 101)] == [100, 101]
+    assert source.number(5, 40000) is None  # a forged jump: not taken on its own word
+    assert source.number(9, 7) is None  # another SSRC: on probation
+    assert source.number(5, 102) == 102  # the caller's stream goes on
+    assert source.number(9, 70) is None and source.number(9, 71) == 103  # two in sequence: a restart, no jump
+    assert source.number(5, 103) is None and source.number(9, 72) == 104 and source.restarts == 1
+    assert source.number(9, 72 + 2999) == 104 + 2999  # a gap short of a minute is loss, not a restart
 
 
 def test_the_jitter_buffer_puts_reordered_packets_back_in_order_and_gives_up_on_a_gap_after_its_hold():

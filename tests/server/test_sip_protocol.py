@@ -4,11 +4,13 @@ by SIP INFO, hang-up either way, and each refusal with its proper status (400, 4
 
 import asyncio
 import random
+import re
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import generate_latest
 from sipmessage import Message
 from support.fake_call import fake_server
 from support.sip_peer import SipPeer
@@ -281,13 +283,19 @@ async def test_thousands_of_malformed_sip_and_rtp_messages_harm_no_call(monkeypa
                     await asyncio.sleep(0.01)
             await asyncio.sleep(0.5)
             assert server.sip.agent.malformed > 0
-            # the call goes on: the caller is still heard and answered
+            # the call goes on: the caller (a new SSRC, far from the forged numbers) is still heard and answered
             requests = len(engine.requests)
-            await speak(peer, port, np.concatenate([VOICE, np.zeros(8000, np.float32)]), first=40000)
+            spoken = await speak(peer, port, np.concatenate([VOICE, np.zeros(8000, np.float32)]), first=40000) - 40000
             await until(lambda: len(engine.requests) > requests)
             assert call_id in {c.call_id for c in server.sip.agent.calls.values()}
             agent = server.sip.agent  # the refused INVITEs' transactions run out (2 s here), and nothing is left
             await until(lambda: len(agent._tasks) <= 4 and not agent._pending and not agent._unacked, 20)
+            peer.send(peer.request("BYE", call_id=call_id, to_tag=ok.to_address.parameters["tag"]))
+            await until(lambda: not server.calls)
+        packets = {outcome: float(value) for outcome, value in re.findall(
+            r'voicepipe_phone_packets_total{outcome="(\w+)",provider="sip"} (\S+)',
+            generate_latest(server.runtime.registry).decode())}
+        assert packets["received"] >= spoken - 2 and packets["late"] < spoken / 10, (packets, spoken)
 
 
 class PbxRegistrar(asyncio.DatagramProtocol):
@@ -343,8 +351,6 @@ async def test_the_agent_registers_with_a_pbx_answering_its_challenge_and_unregi
 
 
 async def test_a_burst_of_lost_packets_leaves_the_call_going_and_is_counted():
-    from prometheus_client import generate_latest
-
     rng = random.Random(3)
     async with fake_server(Limits(), reply="Paris.", heard="What?", sip=SIP) as (server, engine):
         async with SipPeer(server.sip.agent.address[1]) as peer:

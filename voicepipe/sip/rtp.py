@@ -2,9 +2,9 @@
 from RFC 4733 events) and the reply out, one 20 ms packet at a time on the call's clock.
 
 Packets are taken only from the address the caller's SDP named (or its host, once it has sent from another
-port behind a NAT: symmetric RTP); anything else arriving on the port is counted and dropped. While nothing
-is being said the stream carries silence, as phones and PBXs expect of a live call (Asterisk hangs up a
-call whose RTP stops, where so configured).
+port behind a NAT: symmetric RTP), and only as far as they are the caller's stream (`RtpSource`); anything
+else arriving on the port is counted and dropped. While nothing is being said the stream carries silence,
+as phones and PBXs expect of a live call (Asterisk hangs up a call whose RTP stops, where so configured).
 """
 
 import asyncio
@@ -13,7 +13,8 @@ import random
 from collections.abc import Callable
 
 from voicepipe.sip.jitter import JitterBuffer
-from voicepipe.sip.rtp_packet import DIGITS, RtpPacket, TelephoneEvent, sequence_unwrapped
+from voicepipe.sip.rtp_packet import DIGITS, RtpPacket, TelephoneEvent
+from voicepipe.sip.rtp_source import RtpSource
 
 log = logging.getLogger(__name__)
 PACKET_S = 0.02
@@ -38,7 +39,7 @@ class RtpStream(asyncio.DatagramProtocol):
         self._digits: list[str] = []
         self.held = False  # the caller has put the call on hold: nothing is sent
         self._buffer: JitterBuffer[RtpPacket] = JitterBuffer()
-        self._last: int | None = None  # the last sequence seen, unwrapped
+        self._source = RtpSource()  # which packets are the caller's stream, on one count
         self._event: int | None = None  # the timestamp of the key last reported
         self._others = 0  # packets in the sequence that were not audio
         self._latched = False
@@ -80,9 +81,13 @@ class RtpStream(asyncio.DatagramProtocol):
             return
         now = asyncio.get_running_loop().time()
         self.last_heard = now
-        if packet.payload_type in (self.payload_type, self.event_type, COMFORT_NOISE):
-            self._last = sequence = sequence_unwrapped(self._last, packet.sequence)
-            self._release(self._buffer.push(sequence, packet, now))
+        if packet.payload_type not in (self.payload_type, self.event_type, COMFORT_NOISE):
+            return
+        sequence = self._source.number(packet.ssrc, packet.sequence)
+        if sequence is None:
+            self.stray += 1
+            return
+        self._release(self._buffer.push(sequence, packet, now))
 
     def close(self) -> None:
         if self._sender is not None:
