@@ -1,6 +1,6 @@
 """The engine's settings in one place: the two knobs and everything a user may tune."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 # The two knobs a running engine's users may turn, and the values they may take.
@@ -78,7 +78,3 @@ class EngineConfig:
     # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to
     # leave the model where it was loaded.
     device: str | None = None
-
-    def with_fields(self, **changes) -> "EngineConfig":
-        """A copy with some fields changed (any field: the knobs, the policy, the pool's size)."""
-        return replace(self, **changes)

@@ -31,17 +31,18 @@ from scheduler.config import EngineConfig
 from scheduler.engine import Engine
 
 log = logging.getLogger(__name__)
-Factory = Callable[..., tuple[Engine, dict[str, Any]]]  # options -> (engine, info for the clients)
+Factory = Callable[..., tuple[Engine, dict[str, Any]]]  # (config, **options) -> (engine, info for the clients)
 POLL_MS = 200  # how often an idle engine looks whether its server is still there
 RESTART_DELAYS_S = (0.0, 1.0, 2.0, 5.0, 10.0)  # after each failed start in a row; then every 10 s
 
 
 class ProcessEngine(EngineClient):
-    """An engine process made by `factory(**options)` (a module-level function: it is imported by name in
-    the new process), restarted whenever it dies until `stop`."""
+    """An engine process made by `factory(config, **options)` (a module-level function: it is imported by
+    name in the new process), restarted whenever it dies until `stop`. The process is handed the client's
+    own `config`, so both sides hold one configuration."""
 
-    def __init__(self, factory: Factory, options: dict[str, Any], config: EngineConfig,
-                 start_timeout_s: float = 600.0) -> None:
+    def __init__(self, factory: Factory, config: EngineConfig, start_timeout_s: float = 600.0,
+                 **options: Any) -> None:
         super().__init__(config)
         self.factory, self.options, self.start_timeout_s = factory, options, start_timeout_s
         self.restarts = 0
@@ -99,7 +100,7 @@ class ProcessEngine(EngineClient):
         self._ready = self._loop.create_future()
         spawn = multiprocessing.get_context("spawn")
         self.process = spawn.Process(target=serve, name="voicepipe-engine", daemon=True,
-                                     args=(self.factory, self.options, commands, events, os.getpid()))
+                                     args=(self.factory, self.config, self.options, commands, events, os.getpid()))
         self.process.start()
         self._loop.add_reader(self.process.sentinel, self._exited, self.process)
         self._reader = self._loop.create_task(self._read())
@@ -165,7 +166,8 @@ class ProcessEngine(EngineClient):
         self._commands.send(self._codec.encode(command), copy=False)
 
 
-def serve(factory: Factory, options: dict[str, Any], commands: str, events: str, parent: int) -> None:
+def serve(factory: Factory, config: EngineConfig, options: dict[str, Any], commands: str, events: str,
+          parent: int) -> None:
     """The engine process: load the models, say Ready, then run the driver's loop until Shutdown or until
     the server is gone."""
     # Ctrl-C, or a SIGTERM sent to the whole process group, is the server's to handle: it drains its calls,
@@ -184,7 +186,7 @@ def serve(factory: Factory, options: dict[str, Any], commands: str, events: str,
         outbox.send(codec.encode(event), copy=False)
 
     try:
-        engine, info = factory(**options)
+        engine, info = factory(config, **options)
     except Exception as e:  # the server says why and stops trying the same thing forever
         logging.getLogger(__name__).exception("the engine could not start")
         send(m.StartFailed(f"{type(e).__name__}: {e}"))

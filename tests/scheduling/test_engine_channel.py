@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import time
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from scheduler.channel.engine_process import ProcessEngine
 from scheduler.channel.local import LocalEngine
 from scheduler.jobs import JobHandler, make_job
 
-CONFIG = {"num_slabs": 4, "shard_tokens": 16, "precision": "fp32"}
+CONFIG = EngineConfig(num_slabs=4, shard_tokens=16, precision="fp32")
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the process engine's fixture lives on it
 PROMPTS = [[5, 9, 11, 40, 3, 8], [12, 13, 14], list(range(20, 60))]
 
@@ -38,7 +39,7 @@ async def answer(engine, prompt, params=None, **kwargs) -> tuple[list[int], str]
 
 def core_tokens(prompts) -> list[list[int]]:
     """What the engine core gives, stepped by hand in this thread."""
-    engine, _ = engine_factories.tiny(**CONFIG)
+    engine, _ = engine_factories.tiny(CONFIG)
     seqs = [engine.add_request(Sequence(list(p), greedy())) for p in prompts]
     while engine.step():
         pass
@@ -46,7 +47,7 @@ def core_tokens(prompts) -> list[list[int]]:
 
 
 async def started() -> ProcessEngine:
-    engine = ProcessEngine(engine_factories.tiny, CONFIG, EngineConfig(**CONFIG))
+    engine = ProcessEngine(engine_factories.tiny, CONFIG)
     await engine.start()
     return engine
 
@@ -79,8 +80,13 @@ async def settled(engine) -> dict:
 
 
 @module_loop
+async def test_the_engine_process_is_handed_the_servers_own_configuration(shared_engine):
+    assert shared_engine.info["config"] == asdict(shared_engine.config) == asdict(CONFIG)
+
+
+@module_loop
 async def test_a_shared_engine_gives_the_tokens_of_the_engine_in_this_thread(shared_engine):
-    local = LocalEngine(engine_factories.tiny(**CONFIG)[0])
+    local = LocalEngine(engine_factories.tiny(CONFIG)[0])
     local.start()
     try:
         expected = core_tokens(PROMPTS)
@@ -99,7 +105,7 @@ async def test_a_shared_engine_gives_the_tokens_of_the_engine_in_this_thread(sha
 async def test_a_probe_reports_the_models_own_probability_of_a_token_through_the_channel(shared_engine):
     import torch
 
-    model = engine_factories.tiny(**CONFIG)[0].runner.model
+    model = engine_factories.tiny(CONFIG)[0].runner.model
     prompt, probe = PROMPTS[0], (17, 40)
     with torch.no_grad():
         expected = float(torch.softmax(model(torch.tensor([prompt])).logits[0, -1].float(), -1)[list(probe)].sum())
@@ -150,7 +156,7 @@ async def test_device_jobs_cross_as_data_and_their_errors_come_back(shared_engin
 
 def test_queued_jobs_of_a_batched_kind_run_as_one_call_and_cancelled_ones_not_at_all():
     calls = []
-    engine, _ = engine_factories.tiny(**CONFIG)
+    engine, _ = engine_factories.tiny(CONFIG)
     engine.handlers["final"] = JobHandler(lambda batch: calls.append(len(batch)) or [a * 2 for (a,) in batch],
                                           batch=3)
     jobs = [make_job("final", (n,), RequestClass.REALTIME, job_id=f"j{n}") for n in range(5)]
@@ -165,7 +171,7 @@ def test_queued_jobs_of_a_batched_kind_run_as_one_call_and_cancelled_ones_not_at
 
 
 def test_a_failing_step_fails_only_its_requests_and_the_engine_goes_on():
-    engine, _ = engine_factories.faulty(**CONFIG)
+    engine, _ = engine_factories.faulty(CONFIG)
     bad = engine.add_request(Sequence([engine_factories.POISON, 1, 2], greedy()))
     engine.step()
     assert bad.finish_reason.startswith("error: the model step failed (RuntimeError: injected fault)")
@@ -179,7 +185,7 @@ def test_a_failing_step_fails_only_its_requests_and_the_engine_goes_on():
 
 @module_loop
 async def test_an_injected_fault_in_the_engine_process_fails_that_request_and_the_next_succeeds():
-    engine = ProcessEngine(engine_factories.faulty, CONFIG, EngineConfig(**CONFIG))
+    engine = ProcessEngine(engine_factories.faulty, CONFIG)
     await engine.start()
     try:
         tokens, reason = await answer(engine, [engine_factories.POISON, 3, 4])
@@ -223,7 +229,7 @@ async def test_a_killed_engine_process_fails_its_requests_and_comes_back(process
 
 @module_loop
 async def test_stopping_leaves_no_engine_process_behind():
-    engine = ProcessEngine(engine_factories.tiny, CONFIG, EngineConfig(**CONFIG))
+    engine = ProcessEngine(engine_factories.tiny, CONFIG)
     await engine.start()
     pid = engine.pid
     await answer(engine, PROMPTS[1])

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.config import EngineConfig
+from voicepipe.backends.arguments import model_options
 from voicepipe.call.limits import Limits
 from voicepipe.cli import build_parser, main
 from voicepipe.pipeline.instructions import DEFAULT_INSTRUCTIONS
@@ -38,19 +39,16 @@ def test_defaults_are_those_of_the_calls_and_the_other_commands():
     assert settings().call_config() == CallConfig(instructions=DEFAULT_INSTRUCTIONS, ttfa_s=call.ttfa_s,
                                                   max_tokens=call.max_tokens, temperature=call.temperature)
     assert settings().limits() == Limits()
-    talk = vars(build_parser().parse_args(["talk"]))
-    options = settings().model_options()
-    knobs = options.pop("engine_fields")
-    assert options == {name: talk[name] for name in options}
-    engine = EngineConfig()
-    assert knobs == {"max_batch_tokens": engine.max_batch_tokens, "max_batch_seqs": engine.max_batch_seqs}
+    assert settings().model_options() == model_options(build_parser().parse_args(["talk"]))
+    assert settings().model_options().engine == EngineConfig()
 
 
 def test_the_knobs_and_the_text_limits_are_settings(tmp_path):
     toml = config_file(tmp_path, "text_max_tokens = 64")
     chosen = settings("--max-batch-tokens", "128", "--max-text-requests", "3",
                       env={"VOICEPIPE_MAX_BATCH_SEQS": "8", "VOICEPIPE_CONFIG": toml})
-    assert chosen.model_options()["engine_fields"] == {"max_batch_tokens": 128, "max_batch_seqs": 8}
+    engine = chosen.model_options().engine
+    assert (engine.max_batch_tokens, engine.max_batch_seqs) == (128, 8)
     assert (chosen.limits().max_text_requests, chosen.limits().text_max_tokens) == (3, 64)
     with pytest.raises(SettingsError, match="MAX_BATCH_SEQS must be an integer in"):
         settings(env={"VOICEPIPE_MAX_BATCH_SEQS": "0"})

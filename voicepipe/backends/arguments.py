@@ -2,8 +2,10 @@
 commands, and for `python -m voicepipe.bench`, which runs without the rest of the command line."""
 
 import argparse
+from dataclasses import replace
+from typing import Any
 
-from voicepipe.backends.loading import CUDA_PRECISION, DEFAULT_PRECISION, DEVICES, PRECISIONS
+from voicepipe.backends.loading import CUDA_PRECISION, DEFAULT_PRECISION, DEVICES, PRECISIONS, ModelOptions
 
 
 def usable_device(name: str) -> str:
@@ -26,3 +28,20 @@ def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "on CUDA; int8 and int4 run on CPUs only)")
     parser.add_argument("--device", type=usable_device, choices=DEVICES, default="auto",
                         help="where the LLM runs: auto (CUDA when torch sees one, default), cpu or cuda")
+
+
+def model_options(args: argparse.Namespace) -> ModelOptions:
+    """The models and engine settings a command's options name (`--policy`, `--engine-field` among them); an
+    option the command lacks, or leaves unset, keeps its default."""
+    default = ModelOptions()
+
+    def given(name: str) -> Any:
+        value = getattr(args, name, None)
+        return getattr(default, name) if value is None else value
+
+    engine = replace(default.engine, **getattr(args, "engine_fields", {}))
+    if getattr(args, "policy", None) is not None:
+        engine = replace(engine, policy=args.policy)
+    return ModelOptions(llm_model=given("llm_model"), asr_model=given("asr_model"), tts=given("tts"),
+                        tts_model=given("tts_model"), device=given("device"), llm_precision=given("llm_precision"),
+                        torch_threads=given("torch_threads"), engine=engine)

@@ -8,18 +8,18 @@ transcript or a sentence of speech as data, which can cross into the engine proc
 import logging
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scheduler.config import DEFAULT_POLICY
+from scheduler.config import EngineConfig
 from scheduler.policies import call_policies
 from voicepipe.backends.base import ASR, TTS, chat_prompt_ids
 
 if TYPE_CHECKING:  # torch: only once something is loaded, not for parsing a command line
-    from scheduler import Engine, EngineConfig
+    from scheduler import Engine
     from scheduler.jobs import JobHandler
 
 log = logging.getLogger("voicepipe")
@@ -39,7 +39,8 @@ ASR_PARTIAL, ASR_FINAL, TTS_SENTENCE, WARM_UP = "asr_partial", "asr_final", "tts
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """Which models, on which device, under which policy; `engine_fields` holds more EngineConfig fields."""
+    """Which models, on which device as the user asked for it; `engine` the engine's own settings (the
+    policy, the knobs, the pool), to which `engine_config` adds the device and precision once resolved."""
 
     llm_model: str | None = None
     asr_model: str | None = None
@@ -47,15 +48,16 @@ class ModelOptions:
     tts_model: str | None = None
     device: str = "auto"
     llm_precision: str | None = None
-    policy: str = DEFAULT_POLICY
     torch_threads: int | None = None  # torch's intra-op threads in the engine (None: see `set_torch_threads`)
-    engine_fields: dict[str, Any] = field(default_factory=dict)
+    engine: EngineConfig = field(default_factory=EngineConfig)
 
-    @classmethod
-    def pick(cls, values: dict[str, Any]) -> "ModelOptions":
-        """The options among `values` (argparse's or the settings'), the rest ignored; None means default."""
-        names = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in values.items() if k in names and v is not None})
+    @property
+    def policy(self) -> str:
+        return self.engine.policy
+
+    def under(self, policy: str) -> "ModelOptions":
+        """The same models under another scheduling policy (the benches compare them)."""
+        return replace(self, engine=replace(self.engine, policy=policy))
 
 
 def phase(what: str) -> None:
@@ -77,15 +79,15 @@ def placement(options: ModelOptions) -> dict[str, str]:
     return {"device": device.type, "precision": precision}
 
 
-def engine_config(options: ModelOptions) -> "EngineConfig":
-    """Checks the model paths and the placement first: a typo fails at once, not after minutes of loading."""
-    from scheduler import EngineConfig
+def engine_config(options: ModelOptions) -> EngineConfig:
+    """The engine's whole configuration, made once (in the server, before any engine process starts): the
+    model paths and the placement are checked first, so a typo fails at once, not after minutes of loading."""
     from voicepipe.backends.models import resolve_asr, resolve_llm
 
     check_call_policy(options.policy)
     resolve_llm(options.llm_model)
     resolve_asr(options.asr_model)
-    return EngineConfig(**{**options.engine_fields, **placement(options), "policy": options.policy})
+    return replace(options.engine, **placement(options))
 
 
 def check_call_policy(name: str) -> None:
@@ -163,7 +165,7 @@ def model_name(model: Any) -> str:
     return Path(path).name or "voicepipe"
 
 
-def make_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: "EngineConfig") -> "Engine":
+def make_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: EngineConfig) -> "Engine":
     from scheduler import Engine
 
     return Engine(model, tokenizer, config, device_jobs(asr, tts))
@@ -195,7 +197,7 @@ def load_models(options: ModelOptions, device: str) -> tuple[Any, Any, ASR, TTS]
     return model, tokenizer, asr, tts
 
 
-def ready_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: "EngineConfig") -> "Engine":
+def ready_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: EngineConfig) -> "Engine":
     """The engine over loaded models, warmed up before it serves, wherever it will run."""
     phase(f"starting the engine ({config.policy}, {config.precision} weights on {config.device})")
     engine = make_engine(model, tokenizer, asr, tts, config)
@@ -203,13 +205,12 @@ def ready_engine(model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: "Engine
     return engine
 
 
-def build_engine(**values: Any) -> tuple["Engine", dict[str, Any]]:
-    """The engine process's factory: load every model named by the options, make the engine, warm it up."""
+def build_engine(config: EngineConfig, options: ModelOptions) -> tuple["Engine", dict[str, Any]]:
+    """The engine process's factory: load every model named by the options, make the engine with the
+    configuration the server made (`engine_config`), warm it up."""
     from voicepipe.backends import threads
 
     threads.configure()  # before torch or CTranslate2 loads in this process
-    options = ModelOptions(**values)
-    config = engine_config(options)
     set_torch_threads(options, config.device)
     model, tokenizer, asr, tts = load_models(options, config.device)
     return ready_engine(model, tokenizer, asr, tts, config), voice_info(model, asr, tts)

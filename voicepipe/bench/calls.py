@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import websockets
@@ -154,7 +154,7 @@ async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_
     call_config = CallConfig(ttfa_s=deadline_s) if deadline_s else CallConfig()
     report: dict = {"turns_per_call": turns, "ttfa_deadline_s": call_config.ttfa_s, "engine": engine, "policies": {}}
     for policy in policies:
-        runtime = await bench_runtime(replace(options, policy=policy), engine)
+        runtime = await bench_runtime(options.under(policy), engine)
         try:
             levels = []
             for calls in range(1, max_calls + 1):  # every level, so the policies compare at each load

@@ -12,6 +12,7 @@ import base64
 import itertools
 import json
 import threading
+from dataclasses import asdict
 from typing import Any
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
@@ -24,10 +25,10 @@ PROMPT = 224
 DECODES = 16
 # Prompts no earlier step has seen: a prompt found in the prefix cache is not computed again.
 FRESH = (list(range(start, start + PROMPT)) for start in itertools.count(100, PROMPT))
-CONFIG = {"precision": "int8", "shard_tokens": PROMPT, "max_batch_tokens": PROMPT + DECODES, "num_slabs": 24}
+CONFIG = EngineConfig(precision="int8", shard_tokens=PROMPT, max_batch_tokens=PROMPT + DECODES, num_slabs=24)
 
 
-def llm_engine(torch_threads: int | None = None, **config: Any) -> tuple[Engine, dict]:
+def llm_engine(config: EngineConfig, torch_threads: int | None = None) -> tuple[Engine, dict]:
     """The embedded LLM alone, as the engine process's factory."""
     import torch
 
@@ -38,7 +39,7 @@ def llm_engine(torch_threads: int | None = None, **config: Any) -> tuple[Engine,
     if torch_threads is not None:
         torch.set_num_threads(torch_threads)
     model, tokenizer = load_llm()
-    return Engine(model, tokenizer, EngineConfig(**config)), {}
+    return Engine(model, tokenizer, config), {}
 
 
 class BusyServer:
@@ -97,9 +98,9 @@ async def timed_steps(engine: EngineClient, rounds: int = 3, tokens: int = 16) -
 async def bench_convoy() -> dict:
     """The process first: beside the busy thread, the engine on a thread may take minutes for a few steps,
     so it gets fewer of them."""
-    report: dict = {"config": CONFIG}
+    report: dict = {"config": asdict(CONFIG)}
     for name, threads in (("process", None), ("process_1_thread", 1)):
-        process = ProcessEngine(llm_engine, {**CONFIG, "torch_threads": threads}, EngineConfig(**CONFIG))
+        process = ProcessEngine(llm_engine, CONFIG, torch_threads=threads)
         await process.start()
         try:
             await timed_steps(process)
@@ -109,7 +110,7 @@ async def bench_convoy() -> dict:
             report[f"{name}_busy_server"]["busy_messages"] = busy.messages
         finally:
             await process.stop()
-    local = LocalEngine(llm_engine(**CONFIG)[0])
+    local = LocalEngine(llm_engine(CONFIG)[0])
     local.start()
     try:
         await timed_steps(local)  # warm

@@ -27,9 +27,10 @@ def add_engine_setup_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_settings(args: argparse.Namespace) -> dict[str, Any]:
     """EngineConfig fields from the options: device, precision, KV dtype and size, static batch size."""
-    from voicepipe.backends.loading import ModelOptions, placement
+    from voicepipe.backends.arguments import model_options
+    from voicepipe.backends.loading import placement
 
-    settings: dict[str, Any] = {**placement(ModelOptions.pick(vars(args))), "kv_dtype": args.kv_dtype}
+    settings: dict[str, Any] = {**placement(model_options(args)), "kv_dtype": args.kv_dtype}
     kv_gib = args.kv_gib if args.kv_gib is not None else CUDA_KV_GIB if settings["device"] == "cuda" else None
     if kv_gib is not None:
         settings["kv_bytes"] = int(kv_gib * (1 << 30))

@@ -15,7 +15,7 @@ from scheduler.channel.local import LocalEngine
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.random_weights import random_engine
 
-CONFIG = {"num_slabs": 8, "precision": "fp32"}
+CONFIG = EngineConfig(num_slabs=8, precision="fp32")
 AUDIO = np.zeros(16000, np.float32)  # what a final ASR pass of one second sends
 
 
@@ -41,7 +41,7 @@ async def generation(engine: EngineClient, streams: int, tokens: int) -> dict:
 
 
 def core_generation(shape: str, streams: int, tokens: int) -> dict:
-    engine, _ = random_engine(shape, **CONFIG)
+    engine, _ = random_engine(CONFIG, shape)
     params = SamplingParams(max_tokens=tokens, ignore_eos=True)
     for n in range(streams):
         engine.add_request(Sequence([3 + n, 4, 5, 6], params))
@@ -60,9 +60,9 @@ def rates(seconds: float, streams: int, tokens: int) -> dict:
 async def bench_ipc(shape: str = "tiny", streams: int = 8, tokens: int = 64, trips: int = 200) -> dict:
     report: dict = {"shape": shape, "streams": streams, "tokens": tokens, "core": core_generation(shape, streams,
                                                                                                    tokens)}
-    local = LocalEngine(random_engine(shape, **CONFIG)[0])
+    local = LocalEngine(random_engine(CONFIG, shape)[0])
     local.start()
-    process = ProcessEngine(random_engine, {"shape": shape, **CONFIG}, EngineConfig(**CONFIG))
+    process = ProcessEngine(random_engine, CONFIG, shape=shape)
     await process.start()
     try:
         for name, engine in (("thread", local), ("process", process)):

@@ -10,7 +10,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import openai
@@ -175,7 +175,7 @@ async def bench_mixed(load: ApiLoad, calls: int, turns: int, policies: list[str]
                     "device": options.device, "precision": options.llm_precision,
                     "torch_threads": options.torch_threads, "policies": {}}
     for policy in policies:
-        runtime = await bench_runtime(replace(options, policy=policy), engine)
+        runtime = await bench_runtime(options.under(policy), engine)
         if server_nice:
             os.nice(server_nice)
         try:

@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from voicepipe.bench.shapes import SHAPES, IdTokenizer
 
 if TYPE_CHECKING:
-    from scheduler import Engine
+    from scheduler import Engine, EngineConfig
 
 
 def shape_config(shape: str, **changes) -> LlamaConfig:
@@ -42,13 +42,13 @@ def random_llm(shape: str, device: torch.device | str = "cpu", dtype: torch.dtyp
     return model, IdTokenizer(config.vocab_size, config.eos_token_id)
 
 
-def random_engine(shape: str = "tiny", seed: int = 0, **config) -> tuple["Engine", dict]:
-    """An engine over a random-weight model of `shape` (EngineConfig fields in `config`), with one device
+def random_engine(config: "EngineConfig", shape: str = "tiny", seed: int = 0) -> tuple["Engine", dict]:
+    """An engine over a random-weight model of `shape`, with one device
     job, `echo`, that returns its arguments: an engine process's factory where no checkpoint exists, and
     the probe `bench ipc` times the channel with."""
-    from scheduler import Engine, EngineConfig
+    from scheduler import Engine
     from scheduler.jobs import JobHandler
 
     model, tokenizer = random_llm(shape, seed=seed)
-    engine = Engine(model, tokenizer, EngineConfig(**config), {"echo": JobHandler(lambda *args: list(args))})
+    engine = Engine(model, tokenizer, config, {"echo": JobHandler(lambda *args: list(args))})
     return engine, {"model_id": f"random-{shape}"}

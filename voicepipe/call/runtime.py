@@ -3,7 +3,7 @@ model's device work, the tokenizer, and the server's own metrics. The engine run
 this process (`start`, `load`: the notebook, the tests, one-shot commands) or in a process of its own
 (`spawn`: `serve`, the replicas, the mixed-traffic bench), behind the same client interface."""
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from scheduler import EngineConfig
 from scheduler.channel.client import EngineClient
 from scheduler.channel.local import LocalEngine
-from scheduler.config import DEFAULT_POLICY
 from voicepipe.backends.base import ASR, TTS
 from voicepipe.backends.loading import (
     ModelOptions,
@@ -45,11 +44,11 @@ class Runtime:
         return self.engine.alive  # every engine is warmed up before it serves
 
     @classmethod
-    def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, policy: str = DEFAULT_POLICY,
-              config: EngineConfig | None = None) -> "Runtime":
+    def start(cls, model: Any, tokenizer: Any, asr: ASR, tts: TTS, config: EngineConfig | None = None) -> "Runtime":
         """An engine on a thread of this process, over models already loaded, warmed up before it starts."""
-        check_call_policy(policy)
-        engine = ready_engine(model, tokenizer, asr, tts, (config or EngineConfig()).with_fields(policy=policy))
+        config = config or EngineConfig()
+        check_call_policy(config.policy)
+        engine = ready_engine(model, tokenizer, asr, tts, config)
         client = LocalEngine(engine)
         client.start()
         return cls(client, tokenizer, **voice_info(model, asr, tts))
@@ -60,7 +59,7 @@ class Runtime:
         config = engine_config(options)
         if options.torch_threads is not None:
             set_torch_threads(options, config.device)
-        return cls.start(*load_models(options, config.device), options.policy, config)
+        return cls.start(*load_models(options, config.device), config)
 
     @classmethod
     async def spawn(cls, options: ModelOptions) -> "Runtime":
@@ -71,7 +70,7 @@ class Runtime:
 
         config = engine_config(options)  # bad paths or placement fail here, before a process starts
         tokenizer = load_tokenizer(options.llm_model)
-        engine = ProcessEngine(build_engine, asdict(options), config)
+        engine = ProcessEngine(build_engine, config, options=options)  # the process is handed this very config
         await engine.start()
         info = engine.info
         return cls(engine, tokenizer, info["model_id"], info["asr_rate"], info["tts_rate"])

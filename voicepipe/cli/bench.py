@@ -87,10 +87,10 @@ def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
 def run_soak_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from voicepipe.backends.loading import ModelOptions
+    from voicepipe.backends.arguments import model_options
     from voicepipe.bench.soak import bench_soak, print_soak
 
-    report = asyncio.run(bench_soak(args.minutes, args.calls, args.streams, args.items, ModelOptions.pick(vars(args))))
+    report = asyncio.run(bench_soak(args.minutes, args.calls, args.streams, args.items, model_options(args)))
     report["machine"] = machine()
     print_soak(report)
     if args.json:
@@ -186,11 +186,11 @@ def run_threads_bench(args: argparse.Namespace) -> int:
 def run_calls_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from voicepipe.backends.loading import ModelOptions
+    from voicepipe.backends.arguments import model_options
     from voicepipe.bench.calls import bench_calls, print_waterfall
 
     report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline,
-                                     ModelOptions.pick(vars(args)), args.engine))
+                                     model_options(args), args.engine))
     report["machine"] = machine()
     for policy, result in report["policies"].items():
         print(f"\n{policy}: holds {result['max_calls_within_deadline']} calls with >= 95% of turns on time")
@@ -221,10 +221,10 @@ def add_turns_arguments(parser: argparse.ArgumentParser) -> None:
 def run_turns_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from voicepipe.backends.loading import ModelOptions
+    from voicepipe.backends.arguments import model_options
     from voicepipe.bench.turns import bench_turns, print_turns
 
-    report = asyncio.run(bench_turns(ModelOptions.pick(vars(args)), args.questions, tuple(args.voices.split(",")),
+    report = asyncio.run(bench_turns(model_options(args), args.questions, tuple(args.voices.split(",")),
                                      tuple(args.modes.split(",")), args.decisions_only))
     report["machine"] = machine()
     print_turns(report)
@@ -255,13 +255,13 @@ def run_grammar_bench(args: argparse.Namespace) -> int:
 def run_mixed_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from voicepipe.backends.loading import ModelOptions
+    from voicepipe.backends.arguments import model_options
     from voicepipe.bench.mixed import bench_mixed, print_mixed
     from voicepipe.bench.workload import ApiLoad
 
     load = ApiLoad(args.streams, args.prompt_tokens, args.api_max_tokens, args.alone)
     report = asyncio.run(bench_mixed(load, args.calls, args.turns, args.policies.split(","), args.deadline,
-                                     ModelOptions.pick(vars(args)), args.engine, args.server_nice))
+                                     model_options(args), args.engine, args.server_nice))
     report["machine"] = machine()
     print_mixed(report)
     if args.json:
@@ -283,11 +283,11 @@ def add_room_arguments(parser: argparse.ArgumentParser) -> None:
 def run_room_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    from voicepipe.backends.loading import ModelOptions
+    from voicepipe.backends.arguments import model_options
     from voicepipe.bench.room_bench import CASES, bench_room, print_barge_in, print_room, reply_sentences_of
 
     cases = CASES if args.rooms == "all" else [CASES[int(i) - 1] for i in args.rooms.split(",")]
-    options = ModelOptions.pick(vars(args))
+    options = model_options(args)
 
     async def run() -> dict:
         from voicepipe.call.runtime import Runtime
@@ -329,9 +329,9 @@ def run_on_spawned(args: argparse.Namespace, measure: Callable[["Runtime"], Awai
     """Measure on a runtime with the models in its own engine process, as `serve` runs; print and save."""
     import asyncio
 
-    from voicepipe.backends.loading import ModelOptions
+    from voicepipe.backends.arguments import model_options
 
-    options = ModelOptions.pick(vars(args))
+    options = model_options(args)
 
     async def run() -> dict:
         from voicepipe.call.runtime import Runtime

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 
 from scheduler.config import DEFAULT_POLICY
 from scheduler.policies import POLICIES, call_policies
-from voicepipe.backends.arguments import add_llm_model_arguments
+from voicepipe.backends.arguments import add_llm_model_arguments, model_options
 from voicepipe.backends.base import LLM, GenerationParams
-from voicepipe.backends.loading import ModelOptions
 from voicepipe.pipeline.instructions import DEFAULT_INSTRUCTIONS
 
 if TYPE_CHECKING:  # it imports torch: only when a command runs
@@ -36,7 +35,7 @@ def load_runtime(args: argparse.Namespace) -> "Runtime":
     """The models the options name, with their engine on a thread of this process (`talk`, `turn`)."""
     from voicepipe.call.runtime import Runtime
 
-    return Runtime.load(ModelOptions.pick(vars(args)))
+    return Runtime.load(model_options(args))
 
 
 def add_tts_arguments(parser: argparse.ArgumentParser) -> None:

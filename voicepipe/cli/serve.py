@@ -110,7 +110,6 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     """Read the settings and take the port (both fail in a second), load the models with a line per phase,
     then serve until interrupted or terminated."""
-    from voicepipe.backends.loading import ModelOptions
     from voicepipe.cli.command import UsageError
     from voicepipe.server.listen import bind_socket
     from voicepipe.server.run import serve_spawned
@@ -129,7 +128,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
     sock = bind_socket(settings.host, settings.port)
     try:
-        asyncio.run(serve_spawned(ModelOptions.pick({**vars(args), **settings.model_options()}), settings, sock))
+        asyncio.run(serve_spawned(settings.model_options(), settings, sock))
     finally:
         sock.close()
     return 0

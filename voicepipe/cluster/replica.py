@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 @serve.ingress()
 class VoiceReplica:
     async def __init__(self, settings: ServeSettings, board: DeploymentHandle) -> None:
-        from voicepipe.backends.loading import ModelOptions
         from voicepipe.call.runtime import Runtime
         from voicepipe.server.voice_server import VoiceServer
 
@@ -35,7 +34,7 @@ class VoiceReplica:
         self.board = board
         self.drain_s = settings.drain_s
         self.fleet = FleetStatus(settings.replicas)
-        self.runtime = await Runtime.spawn(ModelOptions.pick(settings.model_options()))  # its own engine process
+        self.runtime = await Runtime.spawn(settings.model_options())  # its own engine process
         self.runtime.mcp = settings.mcp()
         self.server = VoiceServer(self.runtime, settings.limits(), settings.call_config(), settings.security())
         self.identity = CollectorRegistry()
