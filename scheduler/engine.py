@@ -13,7 +13,7 @@ leaves its outputs (tokens and job results) in `outputs` for whoever drives it t
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -70,9 +70,8 @@ class Engine:
         cfg = self.config
         self.constraints = Constraints(tokenizer, vocab, self.eos_ids, cfg.grammar_budget_s, cfg.grammar_memory_bytes,
                                        GrammarCache(cfg.grammar_cache_entries, cfg.grammar_cache_bytes))
-        # Requests whose grammar is being compiled (no pages, no slot: not the planner's yet), and the
-        # clients' questions whether a grammar compiles (`prepare_grammar`), by query id.
-        self.awaiting_grammar: dict[str, Sequence] = {}
+        # The clients' questions whether a grammar compiles (`prepare_grammar`), by query id (the requests
+        # that wait for theirs are the planner's, WAITING_FOR_GRAMMAR).
         self.preparing: dict[int, Grammar] = {}
         self.answers: list[tuple[int, str | None]] = []  # (query id, error) of preparations since last taken
         self.handlers: dict[str, JobHandler] = dict(jobs or {})
@@ -101,11 +100,12 @@ class Engine:
         self._model_step(now)
         return True
 
-    def take_outputs(self) -> tuple[list[tuple[str, Output]], list[JobResult]]:
-        """What the steps since the last call produced, for the driver to deliver."""
-        outputs, results = self.outputs, self.job_results
-        self.outputs, self.job_results = [], []
-        return outputs, results
+    def take_outputs(self) -> tuple[list[tuple[str, Output]], list[JobResult], list[tuple[int, str | None]]]:
+        """What the steps and commands since the last call produced, for the driver to deliver: requests'
+        outputs, jobs' results, and answers to `prepare_grammar` (query id, None or why it cannot compile)."""
+        outputs, results, answers = self.outputs, self.job_results, self.answers
+        self.outputs, self.job_results, self.answers = [], [], []
+        return outputs, results, answers
 
     def _run_jobs(self) -> None:
         handler = self.handlers[self.jobs.first_kind()]
@@ -125,8 +125,9 @@ class Engine:
     def _model_step(self, now: float) -> None:
         """Plan, run, postprocess: the step's outputs go to `outputs`, its figures to the metrics at once."""
         plan = self.planner.plan(now)
-        if not plan.chunks:
-            self._fail_stuck()
+        if not plan.chunks:  # nothing fits even with everything else preempted: the pool is too small
+            for seq in self.planner.stuck():
+                self._finish(seq, "error: the KV pool cannot hold this request")
             return
         step = StepRecord(plan, self.clock())
         sampling = [c.seq for c in plan.chunks if c.samples]
@@ -170,11 +171,6 @@ class Engine:
             if chunk.seq.status is not Status.FINISHED:
                 self._finish(chunk.seq, f"error: the model step failed ({type(exc).__name__}: {exc})")
 
-    def _fail_stuck(self) -> None:
-        """Nothing fits even with everything else preempted: the pool is too small for a request."""
-        for seq in self.planner.stuck():
-            self._finish(seq, "error: the KV pool cannot hold this request")
-
     def _maybe_compact(self) -> None:
         if self.force_compaction or self.pool.fragmentation() > self.config.compact_threshold:
             self.force_compaction = False
@@ -209,7 +205,8 @@ class Engine:
             self._ended(seq)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
-        self.planner.finish(seq, reason)
+        """End a request before its time (an abort, a refusal, a fault) and say so."""
+        self.planner.abort(seq, reason)
         self._ended(seq)
 
     def _ended(self, seq: Sequence) -> None:
@@ -221,38 +218,37 @@ class Engine:
         """Admit the requests whose grammar compiled, fail those whose did not, answer the preparations."""
         for key, compiled, error in self.constraints.finished(wait_s):
             self.metrics.grammar_compiles.labels(error.partition(":")[0] if error else "compiled").inc()
-            for seq in [s for s in self.awaiting_grammar.values() if s.params.grammar.key == key]:
-                del self.awaiting_grammar[seq.request_id]
+            for seq in self.planner.grammar_waiters(key):
                 if compiled is None:
-                    seq.status, seq.finish_reason = Status.FINISHED, f"error: {error}"
-                    self._ended(seq)
+                    self._finish(seq, f"error: {error}")
                 else:
-                    self._admit(seq, compiled)
+                    self.constraints.add(seq.request_id, compiled)
+                    self.planner.grammar_ready(seq)
             for query_id in [q for q, grammar in self.preparing.items() if grammar.key == key]:
                 del self.preparing[query_id]
                 self.answers.append((query_id, error))
 
-    def _admit(self, seq: Sequence, compiled: Any = None) -> None:
-        if compiled is not None:
-            self.constraints.add(seq.request_id, compiled)
-        self.planner.add(seq)
-
     # -- commands (from the driver, between steps) -------------------------------------------------------
     def add_request(self, seq: Sequence) -> Sequence:
-        """Queue a request; its outputs appear in `outputs` under its id."""
-        check_request(seq.prompt_ids, seq.params)
+        """Queue a request; its outputs appear in `outputs` under its id. One that cannot run ends there with
+        the reason, and raises ValueError for a caller in this process."""
+        try:
+            check_request(seq.prompt_ids, seq.params)
+        except ValueError as e:
+            self._finish(seq, f"error: {e}")
+            raise
         seq.detokenizer = Detokenizer(self.tokenizer, seq.params.stop)
         grammar = seq.params.grammar
         compiled = self.constraints.compiled(grammar) if grammar is not None else None
         refused = self.constraints.refusal(grammar) if grammar is not None and compiled is None else None
         if refused is not None:
-            seq.status, seq.finish_reason = Status.FINISHED, f"error: {refused}"
-            self._ended(seq)
-        elif grammar is not None and compiled is None:
+            self._finish(seq, f"error: {refused}")
+            return seq
+        if compiled is not None:
+            self.constraints.add(seq.request_id, compiled)
+        elif grammar is not None:
             self.constraints.compile(grammar)
-            self.awaiting_grammar[seq.request_id] = seq
-        else:
-            self._admit(seq, compiled)
+        self.planner.add(seq, grammar_ready=grammar is None or compiled is not None)
         return seq
 
     def prepare_grammar(self, query_id: int, grammar: Grammar) -> None:
@@ -269,29 +265,22 @@ class Engine:
             return
         self.preparing[query_id] = grammar
 
-    def take_answers(self) -> list[tuple[int, str | None]]:
-        answers, self.answers = self.answers, []
-        return answers
-
-    def abort(self, request_id: str) -> None:
+    def abort(self, request_id: str, reason: str = "abort") -> None:
+        """End a request (one waiting for its grammar too: the compile goes on, and is cached)."""
         seq = self.planner.by_id.get(request_id)
         if seq is not None:
-            self.planner.abort(seq)
-            self._ended(seq)
-        elif (seq := self.awaiting_grammar.pop(request_id, None)) is not None:  # its compile goes on: cached
-            seq.status, seq.finish_reason = Status.FINISHED, "abort"
-            self._ended(seq)
+            self._finish(seq, reason)
 
     def set_deadline(self, request_id: str, deadline: float | None) -> None:
         """Move a request's deadline, e.g. to when its caller's buffered audio will run out."""
-        seq = self.planner.by_id.get(request_id) or self.awaiting_grammar.get(request_id)
+        seq = self.planner.by_id.get(request_id)
         if seq is not None:
             seq.deadline = deadline
 
     def promote(self, request_id: str, cls: RequestClass, deadline: float | None, session: str | None) -> None:
         """Raise a request's class, e.g. a speculative reply whose turn was confirmed; `session` pins its
         conversation prefix when it ends, as if it had been submitted that way."""
-        seq = self.planner.by_id.get(request_id) or self.awaiting_grammar.get(request_id)
+        seq = self.planner.by_id.get(request_id)
         if seq is not None:
             seq.cls, seq.deadline, seq.session = cls, deadline, session
 
@@ -326,12 +315,10 @@ class Engine:
     # -- views -------------------------------------------------------------------------------------------
     @property
     def requests(self) -> dict[str, Sequence]:
-        """The unfinished requests by id (the planner's)."""
+        """The unfinished requests by id, those waiting for their grammar too (the planner's)."""
         return self.planner.by_id
 
     def close(self) -> None:
         """Stop what the engine runs beside it (the grammar worker)."""
         self.constraints.close()
 
-    def check_pool(self) -> None:
-        self.pool.check([s.pages for s in self.planner.sequences])

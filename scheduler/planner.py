@@ -25,16 +25,30 @@ class StepPlanner:
         self.config, self.pool, self.eos_ids = config, pool, eos_ids
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
-        self.by_id: dict[str, Sequence] = {}  # the unfinished sequences by request id
+        self.by_id: dict[str, Sequence] = {}  # the unfinished sequences by request id, their grammar's waiters too
         self.output_lengths: deque[int] = deque(maxlen=256)
         self.live_sessions: set[str] = set()  # calls in progress, whose next turn may start at any moment
         self.expected: dict[str, float] = {}  # calls whose caller may be finishing -> until when
         self.steps_planned = 0
         self.policy = make_policy(config.policy, self)
 
-    def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+    def add(self, seq: Sequence, grammar_ready: bool = True) -> None:
+        """A new request: waiting to be planned, or, while its grammar compiles, waiting for that first."""
         self.by_id[seq.request_id] = seq
+        if grammar_ready:
+            self.waiting.append(seq)
+        else:
+            seq.status = Status.WAITING_FOR_GRAMMAR
+
+    def grammar_waiters(self, key: str | None = None) -> list[Sequence]:
+        """The requests waiting for the grammar whose text is `key` (None: for any)."""
+        return [s for s in self.by_id.values()
+                if s.status is Status.WAITING_FOR_GRAMMAR and key in (None, s.params.grammar.key)]
+
+    def grammar_ready(self, seq: Sequence) -> None:
+        """Its grammar compiled: the request waits to be planned like any other."""
+        seq.status = Status.WAITING
+        self.waiting.append(seq)
 
     @property
     def idle(self) -> bool:
@@ -63,6 +77,13 @@ class StepPlanner:
             self.expected.pop(session, None)
         else:
             self.expected[session] = until
+
+    def expecting(self, now: float) -> bool:
+        """Whether a caller may be finishing now (hints past their time are dropped)."""
+        for session, until in list(self.expected.items()):
+            if until <= now:
+                del self.expected[session]
+        return bool(self.expected)
 
     def remap(self, moves: dict[int, int]) -> None:
         """Compaction moved pages: the running sequences' page tables follow."""
@@ -239,7 +260,12 @@ class StepPlanner:
         self.pool.release(seq.pages, int(seq.cls))
         seq.pages = []
 
-    def abort(self, seq: Sequence) -> None:
-        seq.status, seq.finish_reason = Status.FINISHED, "abort"
+    def abort(self, seq: Sequence, reason: str = "abort") -> None:
+        """End a request before its time (the client's abort, a refusal, a fault), whatever its status."""
+        seq.status, seq.finish_reason = Status.FINISHED, reason
         self.by_id.pop(seq.request_id, None)
         self._release(seq)
+
+    def check_pool(self) -> None:
+        """AssertionError unless the pool's books balance against the pages the sequences hold."""
+        self.pool.check([s.pages for s in self.sequences])

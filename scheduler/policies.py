@@ -43,7 +43,6 @@ class Planner(Protocol):
     running: list[Sequence]
     waiting: list[Sequence]
     live_sessions: set[str]
-    expected: dict[str, float]
 
     @property
     def sequences(self) -> list[Sequence]:
@@ -54,6 +53,9 @@ class Planner(Protocol):
 
     def effective_class(self, seq: Sequence, now: float) -> int:
         """Its class, aged by its wait."""
+
+    def expecting(self, now: float) -> bool:
+        """Whether a call's caller may be finishing their turn now."""
 
     def pack(self, now: float) -> StepPlan:
         """Continuous batching by the policy's answers."""
@@ -151,10 +153,7 @@ class O4(Policy):
             return REALTIME_ONLY
         if slack <= 2 * config.pressing_window_s:
             return Background(prefill_tokens=config.realtime_prefill_tokens, rule="deadline_near")
-        for session, until in list(planner.expected.items()):
-            if until <= now:
-                del planner.expected[session]
-        if planner.expected:  # a caller may be finishing: their turn's first work is about to arrive
+        if planner.expecting(now):  # a caller may be finishing: their turn's first work is about to arrive
             return Background(prefill_tokens=config.expect_prefill_tokens,
                               seqs=config.expect_background_seqs, rule="expecting")
         # A turn may begin at any moment of a live call, and waits first for the step in flight.

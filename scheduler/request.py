@@ -23,6 +23,7 @@ PRESSING_TIER = -1
 
 
 class Status(enum.Enum):
+    WAITING_FOR_GRAMMAR = "waiting_for_grammar"  # its grammar compiles: holds nothing, planned once it is ready
     WAITING = "waiting"  # not admitted, or preempted: holds no pages
     RUNNING = "running"  # admitted: prefilling shard by shard, then decoding
     FINISHED = "finished"

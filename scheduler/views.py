@@ -53,12 +53,12 @@ def holdings(engine: Engine) -> dict:
     test checks after a call, an abort or a vanished client, through any client)."""
     pool = engine.pool
     try:
-        engine.check_pool()
+        engine.planner.check_pool()
         pool_error = None
     except AssertionError as e:
         pool_error = str(e) or "the pool's books do not balance"
     return {"requests": len(engine.requests), "jobs": len(engine.jobs), "idle": engine.planner.idle,
-            "compiling": len(engine.awaiting_grammar) + len(engine.preparing),
+            "compiling": len(engine.planner.grammar_waiters()) + len(engine.preparing),
             "used_pages": pool.num_used, "cached_pages": len(pool.lru),
             "live_sessions": sorted(engine.planner.live_sessions),
             "pinned": {session: len(pages) for session, (pages, _) in pool.pins.items()},

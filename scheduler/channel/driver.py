@@ -22,8 +22,8 @@ def apply(engine: Engine, command: m.Command, send: Send) -> None:
                            command.session, command.request_id)
             try:
                 engine.add_request(seq)
-            except ValueError as e:
-                engine.outputs.append((seq.request_id, m.Output(None, "", True, f"error: {e}")))
+            except ValueError:
+                pass  # the request has ended, its output saying why (the client checks first: rare)
         case m.Abort():
             engine.abort(command.request_id)
         case m.SetDeadline():
@@ -62,19 +62,17 @@ def step(engine: Engine, send: Send) -> bool:
     except Exception:  # a fault outside the model step (a planner bug): fail what is in flight, go on
         log.exception("an engine step failed; failing every request in flight")
         for request_id in list(engine.requests):
-            engine.abort(request_id)
-        engine.outputs = [(rid, m.Output(None, "", True, "error: the engine failed") if out.finished else out)
-                          for rid, out in engine.outputs]
+            engine.abort(request_id, "error: the engine failed")
         worked = True
     flush(engine, send)
     return worked
 
 
 def flush(engine: Engine, send: Send) -> None:
-    outputs, results = engine.take_outputs()
+    outputs, results, answers = engine.take_outputs()
     if outputs or results:
         send(m.StepOutputs(outputs, [m.JobDone(r.job_id, r.value, r.error, r.seconds) for r in results]))
-    for query_id, error in engine.take_answers():
+    for query_id, error in answers:
         send(m.Answer(query_id, None, error))
 
 

@@ -95,7 +95,7 @@ class Driver:
                 return
 
     def _deliver(self) -> bool:
-        outputs, results = self.engine.take_outputs()
+        outputs, results, _ = self.engine.take_outputs()
         for request_id, output in outputs:
             listener = self._outputs.pop(request_id, None) if output.finished else self._outputs.get(request_id)
             if listener is not None:

@@ -295,6 +295,6 @@ async def test_a_client_leaving_a_stream_aborts_its_request(client, runtime):
             break
     await stream.close()
     await settled(runtime.engine, timeout=60)  # waits for the abort: nothing is left running for nobody
-    engine.check_pool()
+    engine.planner.check_pool()
     assert not engine.requests
     assert generated() - before < 100, "the request ran on after its client left"

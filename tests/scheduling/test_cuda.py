@@ -78,7 +78,7 @@ def test_engine_in_bf16_gives_generates_greedy_tokens():
     seqs = [engine.add_request(Sequence(p, SamplingParams(max_tokens=24, ignore_eos=True))) for p in prompts]
     while engine.step():
         pass
-    engine.check_pool()
+    engine.planner.check_pool()
     exact = 0
     for seq, (tokens, scores) in zip(seqs, expected, strict=True):
         first = next((i for i, (a, b) in enumerate(zip(seq.output_ids, tokens, strict=True)) if a != b), None)

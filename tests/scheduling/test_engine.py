@@ -63,7 +63,7 @@ def reference(tiny_llm, prompts):
 def run_all(engine: Engine, prompts: list[list[int]]) -> list[Sequence]:
     seqs = [engine.add_request(Sequence(p, SamplingParams(max_tokens=MAX_TOKENS))) for p in prompts]
     while engine.step():
-        engine.check_pool()
+        engine.planner.check_pool()
     return seqs
 
 
@@ -149,7 +149,7 @@ def test_a_session_keeps_its_conversation_prefix_for_the_next_turn(tiny_llm):
     while engine.step():
         pass
     engine.release_session("call-1")
-    engine.check_pool()
+    engine.planner.check_pool()
     assert "call-1" not in engine.pool.pins and all(r == 0 for r in engine.pool.refs)
 
 
@@ -165,7 +165,7 @@ def test_a_promoted_request_takes_its_new_class_deadline_and_session(tiny_llm):
         pass
     assert holdings(engine)["pinned"]["call-2"]  # ended as the session's request: its prefix is kept
     engine.release_session("call-2")
-    engine.check_pool()
+    engine.planner.check_pool()
 
 
 async def test_async_generate_streams_text_and_jobs_run_by_priority(tiny_llm, prompts):
@@ -223,4 +223,4 @@ def test_a_seeded_request_computes_its_whole_prompt_and_an_unseeded_one_takes_th
         answers.append(seq.output_ids)
     assert cached[0] == cached[1] == 0 and cached[2] > 0  # the prompt's pages were there for all but the first
     assert answers[0] == answers[1]
-    engine.check_pool()
+    engine.planner.check_pool()

@@ -165,7 +165,7 @@ def test_queued_jobs_of_a_batched_kind_run_as_one_call_and_cancelled_ones_not_at
     engine.cancel_job("j1")
     while engine.step():
         pass
-    _, results = engine.take_outputs()
+    _, results, _ = engine.take_outputs()
     assert calls == [3, 1]
     assert {r.job_id: r.value for r in results} == {"j0": 0, "j2": 4, "j3": 6, "j4": 8}
 
@@ -179,7 +179,7 @@ def test_a_failing_step_fails_only_its_requests_and_the_engine_goes_on():
     while engine.step():
         pass
     assert good.output_ids == core_tokens([PROMPTS[0]])[0]
-    engine.check_pool()
+    engine.planner.check_pool()
     assert engine.metrics.step_faults._value.get() == 1
 
 

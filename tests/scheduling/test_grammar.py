@@ -42,7 +42,7 @@ def engine():
 def run(engine: Engine, requests: list[tuple[list[int], SamplingParams]]) -> list[Sequence]:
     seqs = [engine.add_request(Sequence(prompt, params)) for prompt, params in requests]
     while engine.step():
-        engine.check_pool()
+        engine.planner.check_pool()
     return seqs
 
 
@@ -84,8 +84,12 @@ def test_a_grammar_of_no_known_kind_is_refused_before_it_is_sent(engine, grammar
     with pytest.raises(ValueError):
         check_request([1, 2, 3], SamplingParams(grammar=grammar))
     with pytest.raises(ValueError):
-        engine.add_request(Sequence([1, 2, 3], SamplingParams(grammar=grammar)))
+        seq = Sequence([1, 2, 3], SamplingParams(grammar=grammar))
+        engine.add_request(seq)
     assert not engine.requests
+    outputs, _, _ = engine.take_outputs()  # and a client across the channel hears why
+    ended = [(out.finished, out.finish_reason[:6]) for rid, out in outputs if rid == seq.request_id]
+    assert ended == [(True, "error:")]
 
 
 @pytest.mark.parametrize("grammar", [Grammar("json_schema", "{not json"),
@@ -94,7 +98,7 @@ def test_a_grammar_of_no_known_kind_is_refused_before_it_is_sent(engine, grammar
 def test_a_grammar_that_does_not_compile_ends_its_request_before_it_runs(engine, grammar):
     seq = run(engine, [([1, 2, 3], SamplingParams(grammar=grammar))])[0]
     assert seq.finish_reason.startswith("error: invalid_grammar") and not seq.output_ids
-    assert not engine.requests and not engine.awaiting_grammar and engine.pool.num_used == len(engine.pool.lru)
+    assert not engine.requests and not engine.planner.grammar_waiters() and engine.pool.num_used == len(engine.pool.lru)
 
 
 def test_a_grammar_crosses_the_process_channel_as_it_is():

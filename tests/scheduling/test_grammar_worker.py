@@ -13,6 +13,7 @@ import pytest
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from scheduler.grammar.cache import GrammarCache
 from scheduler.grammar.constraint import Grammar
+from scheduler.request import Status
 from voicepipe.backends.loading import ModelOptions, set_torch_threads
 from voicepipe.bench.random_weights import random_llm
 
@@ -69,7 +70,7 @@ def seconds(engine: Engine, runs: int, still: Sequence | None = None) -> float:
         seq, t0 = engine.add_request(plain(n)), time.monotonic()
         run_until(engine, lambda: seq.finish_reason is not None)  # noqa: B023
         best = min(best, time.monotonic() - t0)
-        assert still is None or still.request_id in engine.awaiting_grammar, "the compile ended too soon to tell"
+        assert still is None or still.status is Status.WAITING_FOR_GRAMMAR, "the compile ended too soon to tell"
     return best
 
 
@@ -77,7 +78,7 @@ def test_a_slow_compile_does_not_delay_another_requests_tokens(engine):
     alone = seconds(engine, 3)
     slow = engine.add_request(Sequence([1, 2, 3], SamplingParams(max_tokens=8, grammar=SLOWER)))
     beside = seconds(engine, 2, still=slow)  # each finished while the grammar was still compiling
-    assert not slow.pages and slow.request_id not in engine.planner.by_id  # it waited holding nothing
+    assert not slow.pages and slow not in engine.planner.sequences  # it waited holding nothing, never planned
     # Compiled on the engine's loop, the other request waited the whole compile out (several seconds).
     assert beside < 2.0 * alone, (beside, alone)
     run_until(engine, lambda: slow.finish_reason is not None)
@@ -90,10 +91,10 @@ def test_a_grammar_compiles_once_for_every_request_that_asks_and_is_kept(engine)
     schema = {**SMALL, "properties": {"m": {"type": "boolean"}}, "required": ["m"]}
     seqs = [engine.add_request(Sequence([1, 2, n], SamplingParams(max_tokens=16, grammar=Grammar.json_schema(schema))))
             for n in range(3)]
-    assert len(engine.awaiting_grammar) == 3
+    assert len(engine.planner.grammar_waiters()) == 3
     run_until(engine, lambda: all(s.finish_reason for s in seqs))
     again = engine.add_request(Sequence([1, 2, 9], SamplingParams(max_tokens=16, grammar=Grammar.json_schema(schema))))
-    assert not engine.awaiting_grammar  # in the cache: admitted at once
+    assert not engine.planner.grammar_waiters()  # in the cache: admitted at once
     run_until(engine, lambda: again.finish_reason is not None)
     assert compiled._value.get() == before + 1
     for seq in [*seqs, again]:
@@ -104,7 +105,7 @@ def test_a_request_aborted_while_its_grammar_compiles_ends_and_holds_nothing(eng
     schema = {**SMALL, "properties": {"k": {"enum": ["a", "b"]}}, "required": ["k"]}
     seq = engine.add_request(Sequence([1, 2, 3], SamplingParams(grammar=Grammar.json_schema(schema))))
     engine.abort(seq.request_id)
-    assert seq.finish_reason == "abort" and not engine.awaiting_grammar
+    assert seq.finish_reason == "abort" and not engine.planner.grammar_waiters()
     run_until(engine, lambda: not engine.constraints.pending)
     assert engine.constraints.compiled(Grammar.json_schema(schema)) is not None  # kept for the next one
     assert engine.planner.idle
@@ -141,3 +142,23 @@ def test_the_cache_keeps_the_most_recent_within_its_count_and_bytes():
     assert cache.bytes <= 100
     cache.put(("json_schema", "huge"), "g", 101)
     assert cache.get(("json_schema", "huge")) is None  # larger than the whole budget: not kept
+
+
+def test_a_fault_outside_the_model_step_ends_the_requests_still_waiting_for_their_grammar(engine, monkeypatch):
+    from scheduler.channel import driver
+
+    engine.take_outputs()  # what the tests before left
+    schema = {**SMALL, "properties": {"f": {"enum": ["x", "y", "z"]}}, "required": ["f"]}
+    seq = engine.add_request(Sequence([1, 2, 3], SamplingParams(grammar=Grammar.json_schema(schema))))
+    assert seq.status is Status.WAITING_FOR_GRAMMAR and seq.request_id in engine.requests
+
+    def planner_bug() -> bool:
+        raise RuntimeError("a planner bug")
+
+    monkeypatch.setattr(engine, "step", planner_bug)
+    sent: list = []
+    driver.step(engine, sent.append)
+    assert [(rid, out.finish_reason) for rid, out in sent[0].tokens] == [(seq.request_id, "error: the engine failed")]
+    assert not engine.requests and seq.status is Status.FINISHED
+    monkeypatch.undo()
+    run_until(engine, lambda: not engine.constraints.pending)

@@ -173,7 +173,7 @@ def test_fp8_engine_gives_the_same_tokens_with_pages_moved_mid_run():
             engine.abort(seq.request_id)
         while engine.step():
             pass
-        engine.check_pool()
+        engine.planner.check_pool()
         return [seqs[0].output_ids, seqs[4].output_ids], int(engine.metrics.compactions._value.get())
 
     (plain, no_moves), (compacted, moves) = run(False), run(True)

@@ -158,7 +158,7 @@ def _plans(engine: Engine, clock, items) -> list[list[tuple]]:
     driver = Driver(engine, clock)
     submit_text(driver, items)
     driver.run()
-    engine.check_pool()
+    engine.planner.check_pool()
     return [[(c["id"], c["kind"], c["start"], c["n"]) for c in step["chunks"]] for step in engine.metrics.recent_steps]
 
 

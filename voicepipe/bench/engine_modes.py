@@ -36,7 +36,7 @@ def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig,
     seqs: list[Sequence] = []
     numbers: list[int] = []  # each sequence's item
     start = time.monotonic()
-    while pending or not engine.planner.idle or engine.awaiting_grammar:  # a grammar compiling is work too
+    while pending or not engine.planner.idle or engine.planner.grammar_waiters():  # a grammar compiling is work too
         now = time.monotonic()
         while pending and start + pending[0][1].arrival_s <= now:
             n, item = pending.pop(0)
@@ -48,7 +48,7 @@ def run_engine(model, tokenizer, items: list[WorkItem], config: EngineConfig,
         if not engine.step() and pending:
             time.sleep(max(0.0, start + pending[0][1].arrival_s - time.monotonic()))
     makespan = time.monotonic() - start
-    engine.check_pool()
+    engine.planner.check_pool()
     # A static batch keeps computing tokens for members that are done (padding, never shown): not counted.
     result = summarize(sum(min(len(s.output_ids), s.params.max_tokens) for s in seqs), makespan,
                        [s.first_token_at - s.arrival for s in seqs], [s.last_token_at - s.arrival for s in seqs])
