@@ -7,16 +7,32 @@ step times measured on a device at hand) and moves the clock on by that much. `D
 work (arrivals, a call's next turn) as the benches feed the real engine, so one driver runs both.
 """
 
+import importlib
+from typing import TYPE_CHECKING
+
 from scheduler.sim.clock import ThreadClock, VirtualClock, WallClock
 from scheduler.sim.devices import DEVICES, DTYPES, Device, DType
-from scheduler.sim.drive import Driver, Saturated
 from scheduler.sim.fitted import FittedCost
-from scheduler.sim.recording import RecordingRunner
 from scheduler.sim.roofline import Efficiency, Roofline
-from scheduler.sim.runner import PricedRunner, virtual_engine
 from scheduler.sim.shape import ModelShape
 from scheduler.sim.step_shape import StepShape
+
+if TYPE_CHECKING:
+    from scheduler.sim.drive import Driver, Saturated
+    from scheduler.sim.recording import RecordingRunner
+    from scheduler.sim.runner import PricedRunner, virtual_engine
+
+# These import torch (through the engine): loaded on first use, so that a command line can read the devices
+# and the cost models without it.
+_LAZY = {"Driver": "drive", "Saturated": "drive", "RecordingRunner": "recording", "PricedRunner": "runner",
+         "virtual_engine": "runner"}
 
 __all__ = ["DEVICES", "DTYPES", "DType", "Device", "Driver", "Efficiency", "FittedCost", "ModelShape", "PricedRunner",
            "RecordingRunner", "Roofline", "Saturated", "StepShape", "ThreadClock", "VirtualClock", "WallClock",
            "virtual_engine"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"scheduler.sim.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'scheduler.sim' has no attribute {name!r}")

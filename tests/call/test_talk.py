@@ -26,8 +26,9 @@ from support.helpers import QUESTION, TURN_TIMEOUT_S
 from voicepipe.audio import to_float32
 from voicepipe.backends.loading import ASR_PARTIAL
 from voicepipe.call.runtime import Runtime
+from voicepipe.local.devices import Devices, find_devices
 from voicepipe.local.playback import PlaybackBuffer
-from voicepipe.local.talk import Devices, LocalCall, find_devices
+from voicepipe.local.talk import LocalCall
 
 RATE = 16000  # of the recording of the speaker
 STORY = "Tell me a story about a dragon."  # heard well through the sound server, and answered at length

@@ -93,6 +93,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, case):
     assert err.startswith("voicepipe: error: ") and err.count("\n") == 1, err
 
 
+def test_the_command_line_starts_without_loading_torch_or_the_mcp_sdk():
+    """Every command parses its options, and fails on a bad one, before anything heavy loads (a listing of
+    the bench's rooms once pulled torch in, and every command took seconds to say a file was missing)."""
+    probe = ("import sys; from voicepipe.cli import build_parser; build_parser(); "
+             "print(','.join(m for m in ('torch', 'transformers', 'mcp', 'faster_whisper') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "", done.stdout + done.stderr
+
+
 def test_bad_input_exits_2_without_traceback_from_the_command(tmp_path):
     done = voicepipe("transcribe", str(tmp_path / "missing.wav"))
     assert done.returncode == 2

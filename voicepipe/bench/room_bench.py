@@ -23,7 +23,8 @@ import websockets
 from voicepipe.audio import to_pcm16
 from voicepipe.bench.barge_in_echo import INTERRUPTIONS, bench_barge_in
 from voicepipe.bench.engine_modes import percentile
-from voicepipe.bench.room import RATE, Room, active_rms, at_snr, noise
+from voicepipe.bench.room import RATE, active_rms, at_snr, noise
+from voicepipe.bench.room_cases import RoomCase
 from voicepipe.bench.speakerphone import Loudspeaker
 from voicepipe.bench.turn_set import espeak_audio
 from voicepipe.call.limits import Limits
@@ -43,25 +44,6 @@ BABBLE = ["The meeting starts at nine tomorrow morning.", "I think we should pai
           "She bought three apples and a loaf of bread.", "Turn left after the bridge and keep going."]
 FRAME = RATE // 50
 VOICE_RMS = 0.05  # the caller's voice at the microphone (-26 dBFS: room for echo 6 dB above it unclipped)
-
-
-@dataclass(frozen=True)
-class RoomCase:
-    name: str
-    room: Room | None = None  # None: no echo
-    noise: str | None = None
-    snr_db: float = 20.0
-
-
-CASES = [
-    RoomCase("quiet"),
-    RoomCase("echo +6 dB, 120 ms, RT60 0.45 s", Room(120, 0.45, 6.0, 1)),
-    RoomCase("echo +0 dB, 40 ms, RT60 0.3 s", Room(40, 0.3, 0.0, 2)),
-    RoomCase("echo +6 dB, 250 ms, RT60 0.5 s", Room(250, 0.5, 6.0, 3)),
-    RoomCase("pink noise, 10 dB SNR", noise="pink", snr_db=10.0),
-    RoomCase("babble, 10 dB SNR", noise="babble", snr_db=10.0),
-    RoomCase("echo -6 dB, 200 ms + pink 15 dB", Room(200, 0.45, -6.0, 4), "pink", 15.0),
-]
 
 
 @dataclass

@@ -270,7 +270,7 @@ def run_mixed_bench(args: argparse.Namespace) -> int:
 
 
 def add_room_arguments(parser: argparse.ArgumentParser) -> None:
-    from voicepipe.bench.room_bench import CASES
+    from voicepipe.bench.room_cases import CASES
 
     parser.add_argument("--rooms", default="all", help="comma-separated numbers of the rooms to run, from 1 "
                         "(default all: " + "; ".join(f"{i} {c.name}" for i, c in enumerate(CASES, 1)) + ")")

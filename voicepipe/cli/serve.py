@@ -112,7 +112,6 @@ def run_serve(args: argparse.Namespace) -> int:
     then serve until interrupted or terminated."""
     from voicepipe.cli.command import UsageError
     from voicepipe.server.listen import bind_socket
-    from voicepipe.server.run import serve_spawned
 
     try:
         settings = load_settings(args)
@@ -127,6 +126,8 @@ def run_serve(args: argparse.Namespace) -> int:
         except PlacementError as e:
             raise UsageError(str(e)) from None
     sock = bind_socket(settings.host, settings.port)
+    from voicepipe.server.run import serve_spawned  # torch and the rest: once the port is ours
+
     try:
         asyncio.run(serve_spawned(settings.model_options(), settings, sock))
     finally:

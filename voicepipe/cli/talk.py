@@ -27,7 +27,7 @@ def add_talk_arguments(parser: argparse.ArgumentParser) -> None:
 def run_talk(args: argparse.Namespace) -> int:
     """Find the sound devices, load the models, then talk until interrupted (Ctrl+C) or, with an idle
     timeout, until the assistant has said goodbye to silence."""
-    from voicepipe.local.talk import find_devices, talk
+    from voicepipe.local.devices import find_devices
     from voicepipe.pipeline import CallConfig
     from voicepipe.pipeline.detection import check_update
 
@@ -40,5 +40,7 @@ def run_talk(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"voicepipe talk: {e}") from None
     devices = find_devices(args.input_device, args.output_device)  # none: fail before loading anything
+    from voicepipe.local.talk import talk
+
     asyncio.run(talk(load_runtime(args), devices, config))
     return 0

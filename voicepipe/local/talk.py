@@ -15,9 +15,7 @@ import asyncio
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from time import monotonic
-from types import ModuleType
 from typing import Any, TextIO
 
 import numpy as np
@@ -28,6 +26,7 @@ from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
 from voicepipe.frontend.stage import AudioFrontEnd
+from voicepipe.local.devices import Devices, NoAudioDevice, portaudio
 from voicepipe.local.playback import PlaybackBuffer
 from voicepipe.pipeline import CallConfig
 from voicepipe.protocol import ServerEvent
@@ -35,46 +34,6 @@ from voicepipe.protocol.transport import Disconnected
 
 FRAME_S = 0.02  # microphone frames of 20 ms, as the browser client sends them
 PLAYBACK_S = 120.0  # room for more than the longest reply: synthesis runs well ahead of playback
-Device = int | str | None  # a PortAudio device number, part of its name, or None for the system's default
-
-
-class NoAudioDevice(OSError):
-    """No sound device to talk through, or no PortAudio library to find one with."""
-
-    def __init__(self, detail: object) -> None:
-        super().__init__(f"no audio input/output device found ({detail})")
-
-
-def _portaudio() -> ModuleType:
-    """sounddevice, imported on first use: importing it loads the PortAudio library, which may be missing."""
-    try:
-        import sounddevice
-    except OSError as e:
-        raise NoAudioDevice(e) from None
-    return sounddevice
-
-
-@dataclass(frozen=True)
-class Devices:
-    """The microphone and the speaker a call uses, and the rates they run at."""
-
-    input: Device
-    output: Device
-    input_rate: int
-    output_rate: int
-
-
-def find_devices(input_device: Device = None, output_device: Device = None) -> Devices:
-    """Check that both devices exist and take mono PCM16 at their own rate (before anything slow loads)."""
-    sd = _portaudio()
-    try:
-        input_rate = int(sd.query_devices(input_device, "input")["default_samplerate"])
-        output_rate = int(sd.query_devices(output_device, "output")["default_samplerate"])
-        sd.check_input_settings(input_device, channels=1, dtype="int16", samplerate=input_rate)
-        sd.check_output_settings(output_device, channels=1, dtype="int16", samplerate=output_rate)
-    except (sd.PortAudioError, ValueError) as e:  # ValueError: no device matches the name given
-        raise NoAudioDevice(e) from None
-    return Devices(input_device, output_device, input_rate, output_rate)
 
 
 class Resampler:
@@ -206,7 +165,7 @@ class LocalCall:
 
     @contextmanager
     def _streams(self) -> Iterator[None]:
-        sd, devices, line = _portaudio(), self.devices, self.line
+        sd, devices, line = portaudio(), self.devices, self.line
         with ExitStack() as streams:
             try:
                 streams.enter_context(sd.InputStream(
