@@ -4,42 +4,30 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from voicepipe.constrained.tools import FunctionCall
 from voicepipe.pipeline.events import (
-    ApprovalRequested,
     AudioOut,
     BargeIn,
     BargeInResolved,
-    Error,
     Event,
-    FunctionCallArguments,
-    FunctionCallDone,
-    FunctionCallStarted,
-    IdleTimedOut,
-    InputCleared,
-    ItemFound,
     PlaybackPaused,
     Played,
     Playout,
     PlayoutCut,
     ResponseCreated,
     SpeechStarted,
-    SpeechStopped,
-    TextDelta,
-    ToolRan,
-    TranscriptDelta,
-    TranscriptFinal,
     Truncated,
     TurnCancelled,
     TurnConfirmed,
     TurnDone,
 )
+from voicepipe.pipeline.native_messages import call_item, native_messages
 from voicepipe.pipeline.pacing import PlaybackClock
-from voicepipe.pipeline.requests import ItemCreated, KeyPressed, SessionUpdate
+from voicepipe.pipeline.requests import SessionUpdate
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn, waterfall
 from voicepipe.pipeline.turn_metrics import turn_metrics
@@ -97,6 +85,12 @@ class ClientOutput(Stage):
         self._withheld: list[AudioOut | TurnDone] = []
         self._held: dict[Turn, list[Event]] = {}
         self._delivered: dict[Turn, Delivered] = {}  # the last RECENT_TURNS turns'
+        # The events whose sending depends on the caller's playback; the rest read as `native_messages` says.
+        self._own: dict[type[Event], Callable[[Any, float], Awaitable[None]]] = {
+            SpeechStarted: self._speech_started, BargeIn: lambda e, now: self._pause(e.item_id, now),
+            BargeInResolved: lambda e, now: self._resolve(e.real), SessionUpdate: self._session_updated,
+            Truncated: self._truncated, ResponseCreated: self._response_created,
+            AudioOut: lambda e, now: self._audio(e), TurnDone: self._turn_done, TurnCancelled: self._turn_cancelled}
 
     async def process(self, event: Event) -> None:
         turn: Turn | None = getattr(event, "turn", None)
@@ -116,67 +110,45 @@ class ClientOutput(Stage):
             await self._handle(event)
 
     async def _handle(self, event: Event) -> None:
-        now = time.monotonic()
-        if isinstance(event, SpeechStarted):
-            if self._goodbye is not None:  # the caller is back before the line went dead
-                self._goodbye.cancel()
-                self._goodbye = None
-            if event.heard:
-                await self.send(server_events.speech_started(event.item_id, event.audio_start_ms))
-        elif isinstance(event, KeyPressed):
-            await self.send(server_events.key_received(event.digit, event.received_at))
-        elif isinstance(event, IdleTimedOut):
-            await self.send(server_events.idle_timeout(event.item_id, event.audio_start_ms, event.audio_end_ms))
-        elif isinstance(event, BargeIn):
-            await self._pause(event.item_id, now)
-        elif isinstance(event, BargeInResolved):
-            await self._resolve(event.real)
-        elif isinstance(event, SpeechStopped):
-            await self.send(*server_events.speech_stopped(event.item_id, event.audio_end_ms))
-        elif isinstance(event, InputCleared):
-            await self.send(server_events.audio_cleared())
-        elif isinstance(event, SessionUpdate):  # every stage before has applied it
-            await self.send(server_events.session_event(ServerEvent.SESSION_UPDATED, self.describe()))
-        elif isinstance(event, ItemCreated):
-            await self.send(*server_events.text_item(event.item_id, event.role, event.text, event.item))
-        elif isinstance(event, FunctionCallStarted | FunctionCallArguments | FunctionCallDone | ToolRan
-                        | ApprovalRequested):
-            await self.send(*call_events(event))
-        elif isinstance(event, Truncated):
-            await self._truncated(event, now)
-        elif isinstance(event, ItemFound):
-            await self.send(server_events.item_deleted(event.item_id) if event.action == "delete"
-                            else server_events.item_retrieved(event.item_id, event.role, event.text, event.spoken))
-        elif isinstance(event, TranscriptDelta):
-            await self.send(server_events.transcript_delta(event.item_id, event.delta, event.partial))
-        elif isinstance(event, TranscriptFinal):
-            await self.send(server_events.transcript_completed(event.item_id, event.text, event.audio_s))
-        elif isinstance(event, ResponseCreated):
-            turn = event.turn
-            self._current = turn
-            self._delivered[turn] = Delivered()
-            while len(self._delivered) > RECENT_TURNS:
-                del self._delivered[next(iter(self._delivered))]
-            await self.send(server_events.response_created(turn.response_id, turn.output_item_id, event.metadata,
-                                                      turn.spoken, event.out_of_band))
-        elif isinstance(event, TextDelta):
-            await self.send(server_events.text_delta(event.turn.response_id, event.turn.output_item_id, event.text))
-        elif isinstance(event, AudioOut):
-            await self._audio(event)
-        elif isinstance(event, TurnDone):
-            if self._delivered_of(event.turn).chunks:
-                await self.send(server_events.audio_done(event.turn.response_id))
-            await self._finish(event.turn, event.reply, "completed")
-            if event.turn.last and self.hang_up is not None:
-                self._goodbye = self.spawn(self._hang_up_after(self.clock.playout_end))
-        elif isinstance(event, TurnCancelled):
-            if event.turn is self._paused:
-                self._paused, self._withheld = None, []
-            if not event.turn.finished:
-                await self._stop_audio(event.turn, now)
-                await self._finish(event.turn, event.reply, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
-        elif isinstance(event, Error):
-            await self.send(server_events.error(event.code, event.message, event.type, event.event_id))
+        own = self._own.get(type(event))
+        if own is not None:
+            await own(event, time.monotonic())
+        elif messages := native_messages(event):
+            await self.send(*messages)
+
+    async def _speech_started(self, event: SpeechStarted, now: float) -> None:
+        if self._goodbye is not None:  # the caller is back before the line went dead
+            self._goodbye.cancel()
+            self._goodbye = None
+        if event.heard:
+            await self.send(server_events.speech_started(event.item_id, event.audio_start_ms))
+
+    async def _session_updated(self, event: SessionUpdate, now: float) -> None:
+        """Every stage before has applied the update: the client hears what the session is now."""
+        await self.send(server_events.session_event(ServerEvent.SESSION_UPDATED, self.describe()))
+
+    async def _response_created(self, event: ResponseCreated, now: float) -> None:
+        turn = event.turn
+        self._current = turn
+        self._delivered[turn] = Delivered()
+        while len(self._delivered) > RECENT_TURNS:
+            del self._delivered[next(iter(self._delivered))]
+        await self.send(server_events.response_created(turn.response_id, turn.output_item_id, event.metadata,
+                                                       turn.spoken, event.out_of_band))
+
+    async def _turn_done(self, event: TurnDone, now: float) -> None:
+        if self._delivered_of(event.turn).chunks:
+            await self.send(server_events.audio_done(event.turn.response_id))
+        await self._finish(event.turn, event.reply, "completed")
+        if event.turn.last and self.hang_up is not None:
+            self._goodbye = self.spawn(self._hang_up_after(self.clock.playout_end))
+
+    async def _turn_cancelled(self, event: TurnCancelled, now: float) -> None:
+        if event.turn is self._paused:
+            self._paused, self._withheld = None, []
+        if not event.turn.finished:
+            await self._stop_audio(event.turn, now)
+            await self._finish(event.turn, event.reply, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
 
     async def _hang_up_after(self, played_at: float) -> None:
         await asyncio.sleep(max(0.0, played_at - time.monotonic()))
@@ -287,30 +259,3 @@ class ClientOutput(Stage):
                                                (reply.prompt_tokens, reply.output_tokens, reply.cached_tokens),
                                                calls, **details))
 
-
-def call_events(event: Event) -> list[dict]:
-    """A reply's call as it goes: a function call the client runs, or a call the server runs on an MCP
-    server (its result when it has run), or its approval request."""
-    response_id, item_id = event.turn.response_id, event.item_id
-    if isinstance(event, FunctionCallArguments):
-        return [server_events.mcp_arguments(response_id, item_id, event.delta) if event.server
-                else server_events.call_arguments(response_id, item_id, event.call_id, event.delta)]
-    call = event.call
-    if isinstance(event, ToolRan):
-        return server_events.mcp_call_ended(response_id, item_id, call, event.result, event.approval_request_id)
-    if isinstance(event, ApprovalRequested):
-        return server_events.approval_requested(response_id, item_id, call)
-    if isinstance(event, FunctionCallStarted):
-        return [server_events.mcp_call_started(response_id, item_id, call) if call.server
-                else server_events.call_started(response_id, item_id, call.call_id, call.name)]
-    return server_events.mcp_call_running(response_id, item_id, call.arguments) if call.server \
-        else server_events.call_done(response_id, item_id, call.call_id, call.name, call.arguments)
-
-
-def call_item(reply: Reply, item_id: str, call: FunctionCall) -> dict:
-    """A call as its response's output lists it."""
-    if not call.server:
-        return server_events.function_call_item(item_id, call.call_id, call.name, call.arguments)
-    if item_id in reply.awaiting:
-        return server_events.approval_request_item(item_id, call)
-    return server_events.mcp_call_item(item_id, call, reply.results.get(item_id), reply.approved.get(item_id))

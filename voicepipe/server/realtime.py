@@ -12,6 +12,7 @@ import base64
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,23 @@ class RealtimeDialect:
         self._responses: dict[str, dict] = {}  # response id -> its assistant item, transcript so far
         # The conversation's item ids in order (a new one follows the last), as many as a conversation holds.
         self._items: OrderedDict[str, None] = OrderedDict()
+        # Native events that read otherwise in the Realtime API (the rest keep their name and shape).
+        self._renders: dict[str, Callable[[dict], list[dict]]] = {
+            ServerEvent.SESSION_CREATED: self._session, ServerEvent.SESSION_UPDATED: self._session,
+            ServerEvent.SCHEDULER_STATS: lambda e: [],  # the web page's panel; not a Realtime event
+            ServerEvent.AUDIO_COMMITTED: self._committed, ServerEvent.ITEM_DELETED: self._deleted,
+            ServerEvent.ITEM_ADDED: lambda e: [{**e, "previous_item_id": self._follows(e["item"]["id"])}],
+            # the beta has no conversation.item.done: its conversation.item.created is the whole item
+            ServerEvent.ITEM_DONE: lambda e: [] if self.beta else [e],
+            ServerEvent.TRANSCRIPT_DELTA: lambda e: [{"type": e["type"], "item_id": e["item_id"], "content_index": 0,
+                                                      "delta": e["delta"]}],
+            ServerEvent.TRANSCRIPT_COMPLETED: self._transcribed,
+            ServerEvent.RESPONSE_CREATED: lambda e: self._response_created(e["response"]),
+            ServerEvent.RESPONSE_TEXT_DELTA: self._text_delta, ServerEvent.RESPONSE_AUDIO_DELTA: self._audio_delta,
+            ServerEvent.RESPONSE_AUDIO_DONE: lambda e: self._audio_done(e["response_id"]),
+            ServerEvent.RESPONSE_DONE: lambda e: self._response_done(e["response"]),
+            ServerEvent.ERROR: lambda e: [{"type": "error", "error": {"param": None, **e["error"]}}],
+        }
 
     # -- client -> session -----------------------------------------------------------------------------------
     async def recv(self) -> str | bytes | dict:
@@ -149,51 +167,46 @@ class RealtimeDialect:
         self.heard, self.said = heard, said
 
     def _outbound(self, event: dict) -> list[dict]:
+        """A native event as the Realtime events it reads as (most keep their name and shape)."""
         kind = event.get("type")
         if self.beta and kind in (ServerEvent.ITEM_ADDED, ServerEvent.ITEM_RETRIEVED):
             event = {**event, "item": _beta_item(event["item"])}
-        if kind in (ServerEvent.SESSION_CREATED, ServerEvent.SESSION_UPDATED):
-            return [{"type": kind, "session": ga_session(event["session"], self.model, self.beta, self.heard,
-                                                        self.said)}]
-        if kind == ServerEvent.SCHEDULER_STATS:
-            return []  # the web page's panel; not a Realtime event
-        if kind == ServerEvent.AUDIO_COMMITTED:
-            item = _user_item(event["item_id"], None)
-            previous = self._follows(item["id"])
-            return [{**event, "previous_item_id": previous},
-                    {"type": "conversation.item.added", "previous_item_id": previous, "item": item}]
-        if kind == ServerEvent.ITEM_DELETED:
-            self._items.pop(event["item_id"], None)
         if "response_id" in event and kind in CALL_EVENTS:
             return self._call(event)
-        if kind == ServerEvent.ITEM_ADDED:
-            return [{**event, "previous_item_id": self._follows(event["item"]["id"])}]
-        if kind == ServerEvent.ITEM_DONE and self.beta:
-            return []  # the beta has no such event: its conversation.item.created is the whole item
-        if kind == ServerEvent.TRANSCRIPT_DELTA:
-            return [{"type": kind, "item_id": event["item_id"], "content_index": 0, "delta": event["delta"]}]
-        if kind == ServerEvent.TRANSCRIPT_COMPLETED:
-            done = {"type": "conversation.item.done", "item": _user_item(event["item_id"], event["transcript"])}
-            return [{**event, "content_index": 0}, *([] if self.beta else [done])]
-        if kind == ServerEvent.RESPONSE_CREATED:
-            return self._response_created(event["response"])
-        if kind == ServerEvent.RESPONSE_TEXT_DELTA:
-            response = self._responses.get(event["response_id"])
-            if response is None:
-                return []
-            response["transcript"] += event["delta"]
-            kind = "response.output_audio_transcript.delta" if response["spoken"] else "response.output_text.delta"
-            return [{"type": kind, **response["where"], "delta": event["delta"]}]
-        if kind == ServerEvent.RESPONSE_AUDIO_DELTA:
-            self._audio_header = event
-            return []
-        if kind == ServerEvent.RESPONSE_AUDIO_DONE:
-            return self._audio_done(event["response_id"])
-        if kind == ServerEvent.RESPONSE_DONE:
-            return self._response_done(event["response"])
-        if kind == ServerEvent.ERROR:
-            return [{"type": "error", "error": {"param": None, **event["error"]}}]
+        render = self._renders.get(kind)
+        return render(event) if render is not None else [event]
+
+    def _session(self, event: dict) -> list[dict]:
+        return [{"type": event["type"], "session": ga_session(event["session"], self.model, self.beta, self.heard,
+                                                              self.said)}]
+
+    def _committed(self, event: dict) -> list[dict]:
+        """The caller's audio became an item: it joins the conversation after the last one."""
+        item = _user_item(event["item_id"], None)
+        previous = self._follows(item["id"])
+        return [{**event, "previous_item_id": previous},
+                {"type": "conversation.item.added", "previous_item_id": previous, "item": item}]
+
+    def _deleted(self, event: dict) -> list[dict]:
+        self._items.pop(event["item_id"], None)
         return [event]
+
+    def _transcribed(self, event: dict) -> list[dict]:
+        done = {"type": "conversation.item.done", "item": _user_item(event["item_id"], event["transcript"])}
+        return [{**event, "content_index": 0}, *([] if self.beta else [done])]
+
+    def _text_delta(self, event: dict) -> list[dict]:
+        """A reply's words: its audio's transcript, or its text when it is not spoken."""
+        response = self._responses.get(event["response_id"])
+        if response is None:
+            return []
+        response["transcript"] += event["delta"]
+        kind = "response.output_audio_transcript.delta" if response["spoken"] else "response.output_text.delta"
+        return [{"type": kind, **response["where"], "delta": event["delta"]}]
+
+    def _audio_delta(self, event: dict) -> list[dict]:
+        self._audio_header = event  # its binary frame comes next, and goes out as the Realtime delta
+        return []
 
     def _response_created(self, response: dict) -> list[dict]:
         """A reply begins: its output item and content part. A text-only reply's part is text; one outside
