@@ -192,7 +192,12 @@ async def test_speaking_words_over_the_reply_cuts_it_and_keeps_what_was_heard():
     heard = call.conversation.get(reply_id)["content"]
     assert len(heard.split()) < 8, heard  # at most a little of the first sentence was played
     assert call.client.kinds().count(ServerEvent.RESPONSE_CREATED) == 2  # and the new words are answered
+    assert unheard(call, "barge_in") > 0  # the rest of the reply, counted as thrown away
     await call.close()
+
+
+def unheard(call: Call, why: str) -> float:
+    return call.runtime.registry.get_sample_value("voicepipe_reply_audio_unheard_seconds_total", {"why": why}) or 0.0
 
 
 async def test_the_reply_to_words_said_over_a_reply_reads_only_what_was_heard_of_it():
@@ -217,6 +222,7 @@ async def test_a_backchannel_over_the_reply_lets_it_go_on_where_it_stopped():
     assert frames_before == 0 and call.conversation.get(reply_id)["content"] == LONG_REPLY
     assert call.client.kinds().count(ServerEvent.RESPONSE_CREATED) == 1  # "mm-hmm" gets no reply of its own
     assert [i["role"] for i in call.conversation.items] == ["user", "assistant"]
+    assert unheard(call, "barge_in") == 0  # played on: nothing thrown away
     await call.close()
 
 
@@ -342,23 +348,25 @@ def test_the_waterfall_adds_up_to_the_first_audio_when_stages_overlap():
 
 async def test_a_long_reply_is_synthesized_no_further_ahead_than_the_horizon_and_a_cancel_stops_it():
     """Twenty sentences of 0.3 s each: with a 0.5 s horizon, a second into the reply only the sentences the
-    caller is about to hear were synthesized; once it is cancelled, none more."""
+    caller is about to hear were synthesized; once it is cancelled, none more, and what the caller never heard
+    (counted in the metrics) is less than a second, where synthesizing it all threw most of the story away."""
     import asyncio
 
     from voicepipe.backends.loading import TTS_SENTENCE
     from voicepipe.pipeline.requests import CancelRequested
 
     story = " ".join(["One two three."] * 20)
-    synthesized = []
+    synthesized, unheard = [], []
     for horizon in (0.5, 60.0):
         call = Call(reply=story, synthesis_horizon_s=horizon)
         await call.utterance()
         await asyncio.sleep(1.0)
         synthesized.append(sum(kind == TTS_SENTENCE for kind, _ in call.engine.jobs))
-        if horizon == 0.5:
-            await call.push(CancelRequested())  # as a barge-in's words do
-            stopped = synthesized[-1]
-            await asyncio.sleep(0.5)
-            assert sum(kind == TTS_SENTENCE for kind, _ in call.engine.jobs) <= stopped + 1
+        await call.push(CancelRequested())
+        await asyncio.sleep(0.5)
+        assert sum(kind == TTS_SENTENCE for kind, _ in call.engine.jobs) <= synthesized[-1] + 1
+        unheard.append(sum(sample.value for family in call.runtime.registry.collect() for sample in family.samples
+                           if sample.name == "voicepipe_reply_audio_unheard_seconds_total"))
         await call.close()
     assert 3 <= synthesized[0] <= 8 and synthesized[1] == 20, synthesized
+    assert 0 < unheard[0] < 1.2 and unheard[1] > 3.5, unheard

@@ -50,7 +50,8 @@ class Call:
         self.config = CallConfig(instructions="Be brief.", **config)
         self.conversation = Conversation(self.config.instructions, self.tokenizer)
         self.client = Client()
-        runtime = Runtime(self.engine, self.tokenizer, "fake", self.asr.sample_rate, FakeTTS.sample_rate)
+        self.runtime = runtime = Runtime(self.engine, self.tokenizer, "fake", self.asr.sample_rate,
+                                         FakeTTS.sample_rate)
         self.pipeline = build_pipeline(runtime, "call", self.config, self.conversation, self.client.send)
         self.pipeline.start()
 

@@ -101,7 +101,7 @@ class ClientOutput(Stage):
                 await self._handle(held)
         elif turn is not None and turn in self._held:
             if isinstance(event, TurnCancelled):
-                del self._held[turn]
+                self._unheard("speculation", self._held.pop(turn))
             else:
                 self._held[turn].append(event)
         elif turn is not None and turn is self._paused and isinstance(event, AudioOut | TurnDone):
@@ -145,10 +145,17 @@ class ClientOutput(Stage):
 
     async def _turn_cancelled(self, event: TurnCancelled, now: float) -> None:
         if event.turn is self._paused:
+            self._unheard(event.reason, self._withheld)
             self._paused, self._withheld = None, []
         if not event.turn.finished:
-            await self._stop_audio(event.turn, now)
+            await self._stop_audio(event.turn, now, event.reason)
             await self._finish(event.turn, event.reply, "cancelled", CANCEL_REASONS.get(event.reason, event.reason))
+
+    def _unheard(self, why: str, events: list) -> None:
+        """Reply audio thrown away before the caller heard it (what pacing synthesis to playback saves)."""
+        seconds = sum(len(e.pcm) for e in events if isinstance(e, AudioOut)) / self.sample_rate
+        if seconds:
+            self.metrics.unheard.labels(why).inc(seconds)
 
     async def _hang_up_after(self, played_at: float) -> None:
         await asyncio.sleep(max(0.0, played_at - time.monotonic()))
@@ -206,6 +213,8 @@ class ClientOutput(Stage):
         it on from the pause."""
         turn, withheld = self._paused, self._withheld
         self._paused, self._withheld = None, []
+        if real:
+            self._unheard("barge_in", withheld)
         if turn is None or real:
             return
         for event in withheld:
@@ -214,9 +223,10 @@ class ClientOutput(Stage):
             else:
                 await self._handle(event)
 
-    async def _stop_audio(self, turn: Turn, now: float) -> None:
-        """The turn's audio still queued for the caller is dropped."""
+    async def _stop_audio(self, turn: Turn, now: float, why: str) -> None:
+        """The turn's audio still queued for the caller is dropped (and counted unheard)."""
         if self._audible is turn:
+            self.metrics.unheard.labels(why).inc(self.clock.buffered(now))
             await self._clear_playback(turn, now)
 
     async def _clear_playback(self, turn: Turn, now: float) -> None:
@@ -231,7 +241,7 @@ class ClientOutput(Stage):
         is answered."""
         if event.said is not None:
             self._delivered_of(event.turn).said = event.said
-        await self._stop_audio(event.turn, now)
+        await self._stop_audio(event.turn, now, "cut")
         if event.audio_end_ms is not None:
             await self.send(server_events.item_truncated(event.turn.output_item_id, event.audio_end_ms))
 

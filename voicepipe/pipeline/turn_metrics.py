@@ -18,6 +18,11 @@ class TurnMetrics:
                                  registry=registry)
         self.turn_stage = Histogram("voicepipe_turn_stage_seconds", "End of speech to each stage of a turn",
                                     ["stage"], buckets=FAST, registry=registry)
+        self.unheard = Counter("voicepipe_reply_audio_unheard_seconds",
+                               "Reply audio synthesized that the caller never heard, by why: the caller's words "
+                               "over it (barge_in), the reply cut off (cut: a cancel, a client's truncate), "
+                               "cancelled before it played (the cancel's reason), a speculative reply dropped "
+                               "(speculation)", ["why"], registry=registry)
         self.waterfall = Histogram("voicepipe_turn_waterfall_seconds",
                                    "Time each stage added to a turn's first audio (they add up to it)",
                                    ["stage"], buckets=FAST, registry=registry)
