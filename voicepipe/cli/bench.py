@@ -284,7 +284,8 @@ def run_room_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from voicepipe.backends.arguments import model_options
-    from voicepipe.bench.room_bench import CASES, bench_room, print_barge_in, print_room, reply_sentences_of
+    from voicepipe.bench.room_bench import bench_room, print_barge_in, print_room, reply_sentences_of
+    from voicepipe.bench.room_cases import CASES
 
     cases = CASES if args.rooms == "all" else [CASES[int(i) - 1] for i in args.rooms.split(",")]
     options = model_options(args)
