@@ -152,3 +152,37 @@ def test_each_folder_imports_only_the_floors_below_it_imports_in_functions_and_f
         up += [f"{module} -> {m}" for m in imports if folder(m) != here and floor[folder(m)] >= floor[here]
                and not module.startswith(m + ".")]  # its own packages load first: no arrow
     assert up == []
+
+
+def defined_names(path: Path) -> set[str]:
+    """What a module defines at its top level (functions, classes, assignments, imports, and what its
+    `__all__` names, which a lazy `__getattr__` provides)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                names.update(ast.literal_eval(node.value))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.If | ast.Try):  # TYPE_CHECKING blocks, optional imports
+            names.update((a.asname or a.name).split(".")[0] for inner in ast.walk(node)
+                         if isinstance(inner, ast.Import | ast.ImportFrom) for a in inner.names)
+    return names
+
+
+def test_every_name_imported_from_the_project_exists_where_it_is_imported_from():
+    """Imports inside functions (the commands load what they run on first use) fail only when they run: a
+    name moved to another module must be followed everywhere, or a command breaks that no test runs."""
+    paths = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    defined = {name: defined_names(path) for name, path in paths.items()}
+    missing = []
+    for name, path in paths.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in paths:
+                missing += [f"{name}: {node.module}.{a.name}" for a in node.names
+                            if a.name not in defined[node.module] and f"{node.module}.{a.name}" not in paths]
+    assert not missing, missing
