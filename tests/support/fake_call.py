@@ -76,7 +76,7 @@ class Call:
 
     def stage(self, kind: type) -> object:
         """The call's stage of type `kind`."""
-        return next(stage for stage in self.pipeline.stages if isinstance(stage, kind))
+        return self.pipeline.stage(kind)
 
     async def close(self) -> None:
         await self.pipeline.stop()

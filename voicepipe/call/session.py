@@ -24,6 +24,7 @@ from voicepipe.ids import new_id
 from voicepipe.mcp_servers import McpPolicy, Toolbox
 from voicepipe.pipeline import CallConfig, Conversation
 from voicepipe.pipeline.events import Event
+from voicepipe.pipeline.output import ClientOutput
 from voicepipe.pipeline.requests import (
     CancelRequested,
     ClearRequested,
@@ -73,13 +74,12 @@ class Session:
                                        self.front, self.hang_up, self.toolbox)
         self.listings = McpListings(self.toolbox, self.config, self.send, self.pipeline.push, self._compile)
         self._send_lock = asyncio.Lock()
-        self._responses: set[str] = set()  # response.created sent, response.done not yet
         self._cause: str | None = None  # the event_id of the client event being handled
 
     @property
     def replying(self) -> bool:
         """A reply is in progress (what a draining server waits for)."""
-        return bool(self._responses)
+        return self.pipeline.stage(ClientOutput).replying
 
     # -- the call --------------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -119,13 +119,6 @@ class Session:
         that has gone is noticed by the receiving loop, so a failed send is dropped here."""
         async with self._send_lock:
             for message in messages:
-                kind = message.get("type") if isinstance(message, dict) else None
-                if kind in (ServerEvent.RESPONSE_CREATED, ServerEvent.RESPONSE_DONE):
-                    response_id = message["response"]["id"]
-                    if kind == ServerEvent.RESPONSE_CREATED:
-                        self._responses.add(response_id)
-                    else:
-                        self._responses.discard(response_id)
                 try:
                     await self.transport.send(message)
                 except Disconnected:

@@ -92,6 +92,11 @@ class ClientOutput(Stage):
             Truncated: self._truncated, ResponseCreated: self._response_created,
             AudioOut: lambda e, now: self._audio(e), TurnDone: self._turn_done, TurnCancelled: self._turn_cancelled}
 
+    @property
+    def replying(self) -> bool:
+        """A response the caller heard of (`response.created` sent) has not ended (no `response.done` yet)."""
+        return self._current is not None and not self._current.finished
+
     async def process(self, event: Event) -> None:
         turn: Turn | None = getattr(event, "turn", None)
         if isinstance(event, ResponseCreated) and event.held:

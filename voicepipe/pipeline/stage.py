@@ -15,6 +15,7 @@ from voicepipe.pipeline.events import Error, Event, Feedback
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+S = TypeVar("S", bound="Stage")
 
 
 class Stage:
@@ -63,6 +64,10 @@ class Pipeline:
     def start(self) -> None:
         for stage, queue in zip(self.stages, self.queues, strict=True):
             self._spawn(self._run(stage, queue))
+
+    def stage(self, kind: type[S]) -> S:
+        """The call's stage of type `kind`."""
+        return next(stage for stage in self.stages if isinstance(stage, kind))
 
     def push(self, event: Event) -> None:
         """Feed an event to the first stage."""
