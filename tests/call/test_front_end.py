@@ -47,6 +47,7 @@ class Caller:
         self.call, self.speech, self.speech_at = call, speech, speech_at
         self.speaker = Loudspeaker(room, 0.1, active_rms(VoiceTTS.audio()))
         self.seen = 0  # client messages read so far
+        self.late_s = 0.0  # how far behind its clock a frame was sent, at worst
 
     def _receive(self, at: int) -> None:
         for message in self.call.client.messages[self.seen:]:
@@ -60,6 +61,7 @@ class Caller:
         t0, sent = time.monotonic(), 0
         while sent < seconds * RATE:
             await asyncio.sleep(max(0.0, t0 + (sent + FRAME) / RATE - time.monotonic()))
+            self.late_s = max(self.late_s, time.monotonic() - t0 - (sent + FRAME) / RATE)
             end = sent + FRAME
             self._receive(end)
             mic = self.speaker.echo(end, FRAME)
@@ -84,17 +86,35 @@ async def ask(call: Call) -> None:
 
 
 # The calls in a room run 5.5 s in real time, and the canceller's alignment needs the caller's frames on
-# time: a loop held up by a busy neighbour sends them in bursts. They run in the slow lane, alone.
+# time: a loop held up by a busy neighbour sends them in bursts. They run in the slow lane, alone, and a run
+# whose frames went out late says nothing of the canceller: it is run again (three times at most).
+LATE_S = 0.06
+
+
+async def in_room(reply: str, speech: np.ndarray | None = None, speech_at: float = 0.0, echo: bool = True
+                  ) -> tuple[Call, Caller]:
+    """A call 5.5 s long in a room with the reply's echo at the caller's level; the caller to close."""
+    for _ in range(3):
+        call = Call(reply=reply, tts=VoiceTTS(), echo_cancellation=echo)
+        caller = Caller(call, Room(delay_ms=60, rt60_s=0.3, echo_db=0.0, seed=1), speech, speech_at)
+        try:
+            await ask(call)
+            await caller.talk(5.5)
+        except BaseException:
+            await call.close()
+            raise
+        if caller.late_s < LATE_S:
+            break
+        await call.close()
+    return call, caller
 @pytest.mark.slow
 @pytest.mark.parametrize("echo", [True, False])
 async def test_the_replys_echo_at_the_callers_level_is_no_speech_with_the_canceller_on(echo):
-    call = Call(reply="Paris is the capital of France. It is a big city.", tts=VoiceTTS(), echo_cancellation=echo)
+    call, caller = await in_room("Paris is the capital of France. It is a big city.", echo=echo)
     try:
-        await ask(call)
-        await Caller(call, Room(delay_ms=60, rt60_s=0.3, echo_db=0.0, seed=1)).talk(5.5)
         started = speech_started_after(call, "response.audio.delta")
         if echo:
-            assert started == 0, call.client.kinds()
+            assert started == 0, (caller.late_s, call.client.kinds())
             assert call.client.kinds().count("response.created") == 1  # no turn taken from its own voice
         else:
             assert started >= 1  # without the canceller the assistant hears itself
@@ -104,12 +124,9 @@ async def test_the_replys_echo_at_the_callers_level_is_no_speech_with_the_cancel
 
 @pytest.mark.slow
 async def test_a_real_interruption_over_the_echo_still_cancels_the_reply():
-    call = Call(reply="Paris is the capital of France. It is a big city. It has many museums.", tts=VoiceTTS())
+    call, _ = await in_room("Paris is the capital of France. It is a big city. It has many museums.",
+                            VOICE * 0.1 / active_rms(VOICE), speech_at=2.5)
     try:
-        await ask(call)
-        caller = Caller(call, Room(delay_ms=60, rt60_s=0.3, echo_db=0.0, seed=1), speech=VOICE * 0.1 / active_rms(
-            VOICE), speech_at=2.5)
-        await caller.talk(5.5)
         assert speech_started_after(call, "response.audio.delta") >= 1
         assert "output_audio_buffer.cleared" in call.client.kinds() or any(
             m.get("response", {}).get("status") == "cancelled" for m in call.client.of("response.done"))
