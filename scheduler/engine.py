@@ -244,11 +244,12 @@ class Engine:
         if refused is not None:
             self._finish(seq, f"error: {refused}")
             return seq
-        if compiled is not None:
-            self.constraints.add(seq.request_id, compiled)
-        elif grammar is not None:
+        waits = grammar is not None and compiled is None
+        if waits:
             self.constraints.compile(grammar)
-        self.planner.add(seq, grammar_ready=grammar is None or compiled is not None)
+        elif compiled is not None:
+            self.constraints.add(seq.request_id, compiled)
+        self.planner.add(seq, waits_for_grammar=waits)
         return seq
 
     def prepare_grammar(self, query_id: int, grammar: Grammar) -> None:

@@ -32,13 +32,13 @@ class StepPlanner:
         self.steps_planned = 0
         self.policy = make_policy(config.policy, self)
 
-    def add(self, seq: Sequence, grammar_ready: bool = True) -> None:
+    def add(self, seq: Sequence, waits_for_grammar: bool = False) -> None:
         """A new request: waiting to be planned, or, while its grammar compiles, waiting for that first."""
         self.by_id[seq.request_id] = seq
-        if grammar_ready:
-            self.waiting.append(seq)
-        else:
+        if waits_for_grammar:
             seq.status = Status.WAITING_FOR_GRAMMAR
+        else:
+            self.waiting.append(seq)
 
     def grammar_waiters(self, key: str | None = None) -> list[Sequence]:
         """The requests waiting for the grammar whose text is `key` (None: for any)."""

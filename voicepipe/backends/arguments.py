@@ -30,18 +30,19 @@ def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the LLM runs: auto (CUDA when torch sees one, default), cpu or cuda")
 
 
-def model_options(args: argparse.Namespace) -> ModelOptions:
-    """The models and engine settings a command's options name (`--policy`, `--engine-field` among them); an
-    option the command lacks, or leaves unset, keeps its default."""
+def model_options(source: object) -> ModelOptions:
+    """The models and engine settings named by a command's options, or by the server's settings, which name
+    them alike (`policy`, and the commands' `--engine-field` among them); one the source lacks, or leaves
+    unset, keeps its default."""
     default = ModelOptions()
 
     def given(name: str) -> Any:
-        value = getattr(args, name, None)
+        value = getattr(source, name, None)
         return getattr(default, name) if value is None else value
 
-    engine = replace(default.engine, **getattr(args, "engine_fields", {}))
-    if getattr(args, "policy", None) is not None:
-        engine = replace(engine, policy=args.policy)
+    engine = replace(default.engine, **getattr(source, "engine_fields", {}))
+    if getattr(source, "policy", None) is not None:
+        engine = replace(engine, policy=source.policy)
     return ModelOptions(llm_model=given("llm_model"), asr_model=given("asr_model"), tts=given("tts"),
                         tts_model=given("tts_model"), device=given("device"), llm_precision=given("llm_precision"),
                         torch_threads=given("torch_threads"), engine=engine)

@@ -126,9 +126,9 @@ def run_serve(args: argparse.Namespace) -> int:
         except PlacementError as e:
             raise UsageError(str(e)) from None
     sock = bind_socket(settings.host, settings.port)
-    from voicepipe.server.run import serve_spawned  # torch and the rest: once the port is ours
-
     try:
+        from voicepipe.server.run import serve_spawned  # torch and the rest: once the port is ours
+
         asyncio.run(serve_spawned(settings.model_options(), settings, sock))
     finally:
         sock.close()

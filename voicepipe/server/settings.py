@@ -12,14 +12,15 @@ import ipaddress
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from scheduler.config import DEFAULT_POLICY, EngineConfig
+from scheduler.config import DEFAULT_POLICY
 from scheduler.config import KNOBS as KNOB_RANGES
 from scheduler.policies import call_policies
+from voicepipe.backends.arguments import model_options
 from voicepipe.backends.loading import DEVICES, PRECISIONS, ModelOptions
 from voicepipe.backends.tts_select import TTS_CHOICES
 from voicepipe.call.limits import Limits
@@ -138,12 +139,11 @@ class ServeSettings:
         return is_loopback(self.host)
 
     def model_options(self) -> ModelOptions:
-        """The models and the engine's settings (the policy and the knobs) these settings name."""
-        engine = EngineConfig(policy=self.policy, max_batch_tokens=self.max_batch_tokens,
-                              max_batch_seqs=self.max_batch_seqs)
-        return ModelOptions(llm_model=self.llm_model, asr_model=self.asr_model, tts=self.tts,
-                            tts_model=self.tts_model, device=self.device, llm_precision=self.llm_precision,
-                            torch_threads=self.torch_threads, engine=engine)
+        """The models and the engine's settings (the policy and the knobs) these settings name: the model
+        fields are named as the commands' options are."""
+        options = model_options(self)
+        return replace(options, engine=replace(options.engine, max_batch_tokens=self.max_batch_tokens,
+                                               max_batch_seqs=self.max_batch_seqs))
 
 
 MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "device", "asr_model", "tts", "tts_model", "torch_threads")
