@@ -1,12 +1,15 @@
-"""The engine core: one owner of the device runs model steps and device jobs, one unit at a time.
+"""The engine core: one owner of the device runs model steps and device jobs.
 
 Why one owner: on a small machine several thread pools (torch, CTranslate2, onnxruntime) fighting for the
 same cores run 5-10x slower, and on a GPU one stream of work is what a scheduler can reason about. So ASR
-and TTS calls are not run beside the model: they are submitted as typed jobs with a class and a deadline
-and run between model steps, in priority order against the model's own work.
+and TTS calls are not made by whoever needs them: they are submitted as typed jobs with a class and a
+deadline, and the engine starts them most urgent first, either between model steps (weighed against the
+model's own work) or on a lane of their own beside the steps, each runtime sized to its share of the cores
+(`scheduler.job_lane`, `EngineConfig.job_threads`).
 
-The core is synchronous and single-threaded, like nano-vllm's: commands go in between steps, and each step
-leaves its outputs (tokens and job results) in `outputs` for whoever drives it to take. Two drivers exist
+The core is synchronous, like nano-vllm's: one thread plans and runs the steps, commands go in between
+steps (a job submitted during a step starts on the lane when that step ends), and each step leaves its
+outputs (tokens and job results) in `outputs` for whoever drives it to take. Two drivers exist
 (`scheduler.channel.client`): a thread beside the caller's event loop, and a process of its own.
 """
 
@@ -21,6 +24,7 @@ from scheduler.config import EngineConfig, check_knobs
 from scheduler.detokenizer import Detokenizer
 from scheduler.grammar.cache import GrammarCache
 from scheduler.grammar.constraint import Constraints, Grammar
+from scheduler.job_lane import InlineLane, JobLane, ThreadLane
 from scheduler.jobs import Job, JobHandler, JobQueue, JobResult
 from scheduler.kv_pool import SlabPool
 from scheduler.metrics import Metrics, StepRecord
@@ -31,6 +35,7 @@ from scheduler.sampler import probability_of, probe_rows, sample_rows
 
 log = logging.getLogger(__name__)
 GRAMMAR_WAIT_S = 0.01  # with only compiles in flight, how long a step waits for one before the next commands
+JOB_WAIT_S = 0.005  # with only a job on the lane, how long a step waits for it before the next commands
 
 
 class Runner(Protocol):
@@ -47,10 +52,10 @@ class Runner(Protocol):
 class Engine:
     def __init__(self, model: torch.nn.Module, tokenizer, config: EngineConfig | None = None,
                  jobs: dict[str, JobHandler] | None = None, runner: Runner | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        """`runner` and `clock` are the model's own runner and the wall clock unless given: the simulator
-        (scheduler.sim) passes a runner that prices each step on a virtual clock, so the same planner, pool
-        and job queue run at a scale this machine cannot."""
+                 clock: Callable[[], float] = time.monotonic, lane: JobLane | None = None):
+        """`runner`, `clock` and `lane` are the model's own runner, the wall clock and the lane the config
+        asks for unless given: the simulator (scheduler.sim) passes a runner that prices each step on a
+        virtual clock, so the same planner, pool and job queue run at a scale this machine cannot."""
         self.config = config or EngineConfig()
         self.tokenizer = tokenizer
         self.clock = clock
@@ -76,51 +81,51 @@ class Engine:
         self.answers: list[tuple[int, str | None]] = []  # (query id, error) of preparations since last taken
         self.handlers: dict[str, JobHandler] = dict(jobs or {})
         self.jobs = JobQueue()
+        self.lane = lane or (ThreadLane() if self.config.job_threads else InlineLane(self.clock))
         self.outputs: list[tuple[str, Output]] = []  # (request id, output) since the driver last took them
         self.job_results: list[JobResult] = []
         self.force_compaction = False
 
     # -- the step ----------------------------------------------------------------------------------------
     def step(self) -> bool:
-        """Run the most urgent unit of device work: a job or a model step. False when there was none. Grammars
-        that finished compiling are taken first; with nothing else to do, it waits a moment for one."""
+        """Run the most urgent unit of device work: a job or a model step (or both, with a lane beside the
+        steps). False when there was none. Grammars that finished compiling are taken first; with nothing
+        else to do, it waits a moment for one (or for the job on the lane)."""
         if self.constraints.pending:
-            idle = self.planner.idle and not self.jobs
+            idle = self.planner.idle and not self.jobs and not self.lane.busy
             self._grammars_compiled(GRAMMAR_WAIT_S if idle else 0.0)
             if self.planner.idle and not self.jobs:
                 return True
         now = self.clock()
-        # A job goes first when the model has nothing to do, or nothing more urgent; it wins a tie, since it
-        # unblocks audio.
-        if self.jobs and (self.planner.idle or self.jobs.first_key() <= self.planner.urgency(now)):
-            self._run_jobs()
-            return True
+        # Between steps, a job goes first when the model has nothing to do, or nothing more urgent; it wins a
+        # tie, since it unblocks audio. A lane beside the steps takes the most urgent job whenever it is free.
+        if self.jobs and not self.lane.busy and (self.lane.beside or self.planner.idle
+                                                 or self.jobs.first_key() <= self.planner.urgency(now)):
+            self._start_jobs()
+            if not self.lane.beside:
+                return True
         if self.planner.idle:
-            return False
+            if not self.lane.busy:
+                return False
+            self.lane.wait(JOB_WAIT_S)
+            return True
         self._model_step(now)
         return True
 
     def take_outputs(self) -> tuple[list[tuple[str, Output]], list[JobResult], list[tuple[int, str | None]]]:
         """What the steps and commands since the last call produced, for the driver to deliver: requests'
         outputs, jobs' results, and answers to `prepare_grammar` (query id, None or why it cannot compile)."""
-        outputs, results, answers = self.outputs, self.job_results, self.answers
+        ran = self.lane.take()
+        for result in ran:
+            self.metrics.job_done(result.kind, result.seconds)
+        outputs, results, answers = self.outputs, self.job_results + ran, self.answers
         self.outputs, self.job_results, self.answers = [], [], []
         return outputs, results, answers
 
-    def _run_jobs(self) -> None:
+    def _start_jobs(self) -> None:
+        """The most urgent job, with those of its kind its handler batches, onto the lane."""
         handler = self.handlers[self.jobs.first_kind()]
-        jobs = self.jobs.pop(handler.batch)
-        t0 = self.clock()
-        try:
-            values = handler.fn([j.args for j in jobs]) if handler.batch > 1 else [handler.fn(*jobs[0].args)]
-            errors = [None] * len(jobs)
-        except Exception as exc:  # the callers get the error; the engine goes on
-            log.warning("device job %s failed: %s", jobs[0].kind, exc)
-            values, errors = [None] * len(jobs), [f"{type(exc).__name__}: {exc}"] * len(jobs)
-        seconds = self.clock() - t0
-        self.metrics.job_done(jobs[0].kind, seconds)
-        self.job_results += [JobResult(j.job_id, j.kind, v, e, seconds) for j, v, e in zip(jobs, values, errors,
-                                                                                             strict=True)]
+        self.lane.start(self.jobs.pop(handler.batch), handler)
 
     def _model_step(self, now: float) -> None:
         """Plan, run, postprocess: the step's outputs go to `outputs`, its figures to the metrics at once."""
@@ -320,6 +325,7 @@ class Engine:
         return self.planner.by_id
 
     def close(self) -> None:
-        """Stop what the engine runs beside it (the grammar worker)."""
+        """Stop what the engine runs beside it (the grammar worker, the job lane)."""
         self.constraints.close()
+        self.lane.close()
 

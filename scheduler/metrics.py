@@ -51,7 +51,7 @@ class Metrics:
         self.steps = Counter("voicepipe_steps", "Model steps run", registry=r)
         self.step_seconds = Histogram("voicepipe_step_duration_seconds", "One model step", buckets=FAST,
                                       registry=r)
-        self.jobs = Histogram("voicepipe_job_duration_seconds", "Device jobs (ASR, TTS) run between steps",
+        self.jobs = Histogram("voicepipe_job_duration_seconds", "Device jobs (ASR, TTS), each its batch's run",
                               ["kind"], buckets=FAST, registry=r)
         self.queue_depth = Gauge("voicepipe_queue_depth", "Requests waiting or running", ["cls", "state"],
                                  registry=r)

@@ -160,7 +160,8 @@ class EngineClient:
     # -- device jobs -------------------------------------------------------------------------------------
     async def run_job(self, kind: str, *args: Any, cls: RequestClass = RequestClass.INTERACTIVE,
                       deadline: float | None = None) -> Any:
-        """Run the engine's `kind` handler on `args` between model steps, in priority order. A caller
+        """Run the engine's `kind` handler on `args`, most urgent first (between model steps, or on the
+        engine's job lane beside them). A caller
         cancelled before the job starts takes it out of the queue."""
         self._takes(cls, deadline)
         job_id = f"job-{next(_ids)}"

@@ -77,7 +77,7 @@ def flush(engine: Engine, send: Send) -> None:
 
 
 def has_work(engine: Engine) -> bool:
-    return bool(engine.jobs) or not engine.planner.idle or engine.constraints.pending
+    return bool(engine.jobs) or engine.lane.busy or not engine.planner.idle or engine.constraints.pending
 
 
 def run(engine: Engine, receive: Callable[[bool], Iterable[m.Command]], send: Send) -> None:

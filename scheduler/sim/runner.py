@@ -12,7 +12,8 @@ import torch
 
 from scheduler.config import EngineConfig
 from scheduler.engine import Engine
-from scheduler.jobs import JobHandler
+from scheduler.job_lane import run_jobs
+from scheduler.jobs import Job, JobHandler, JobResult
 from scheduler.model.kv_dtype import num_slabs, pages_per_slab
 from scheduler.planner import StepPlan
 from scheduler.sim.clock import VirtualClock
@@ -62,14 +63,16 @@ def virtual_engine(shape: ModelShape, config: EngineConfig, cost: StepCost, toke
                    clock: VirtualClock | None = None) -> Engine:
     """The real engine on a virtual clock and a priced runner. Each job kind's function returns (seconds it
     takes on the device, its value): the engine runs it between steps, by its own rules, and the clock moves
-    on by those seconds."""
+    on by those seconds; or, with `config.job_threads`, on a lane beside the steps (a GPU's second stream),
+    done when the clock reaches its start plus those seconds."""
     clock = clock or VirtualClock()
     runner = PricedRunner(shape, config, cost, clock, kv_itemsize)
-    handlers = {kind: JobHandler(_priced(fn, clock)) for kind, fn in (jobs or {}).items()}
+    lane = VirtualLane(clock) if config.job_threads else None
+    handlers = {kind: JobHandler(_priced(fn, lane.timer if lane else clock)) for kind, fn in (jobs or {}).items()}
     # What the engine reads of a model besides running it: its vocabulary and how far its positions reach.
     described = SimpleNamespace(config=SimpleNamespace(vocab_size=shape.vocab,
                                                        max_position_embeddings=shape.max_positions))
-    return Engine(described, tokenizer, config, handlers, runner=runner, clock=clock.now)
+    return Engine(described, tokenizer, config, handlers, runner=runner, clock=clock.now, lane=lane)
 
 
 def _priced(fn: Callable[..., tuple[float, object]], clock: VirtualClock) -> Callable[..., object]:
@@ -79,3 +82,42 @@ def _priced(fn: Callable[..., tuple[float, object]], clock: VirtualClock) -> Cal
         return value
 
     return run
+
+
+class VirtualLane:
+    """The job lane on the virtual clock: a batch is run at once for its values, its handlers moving the
+    lane's own `timer` by their price, and its results come out once the clock reaches its end."""
+
+    beside = True
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock, self.timer = clock, VirtualClock()
+        self._running: tuple[float, list[JobResult]] | None = None  # (when it ends, its results)
+        self._done: list[JobResult] = []
+
+    @property
+    def busy(self) -> bool:
+        self._settle()
+        return self._running is not None
+
+    def start(self, jobs: list[Job], handler: JobHandler) -> None:
+        started = self.timer.now()
+        results = run_jobs(jobs, handler, self.timer.now)
+        self._running = (self.clock.now() + self.timer.now() - started, results)
+
+    def take(self) -> list[JobResult]:
+        self._settle()
+        done, self._done = self._done, []
+        return done
+
+    def wait(self, timeout_s: float) -> None:
+        if self._running is not None:
+            self.clock.wait_until(min(self._running[0], self.clock.now() + timeout_s))
+
+    def close(self) -> None:
+        """No thread to stop."""
+
+    def _settle(self) -> None:
+        if self._running is not None and self.clock.now() >= self._running[0]:
+            self._done += self._running[1]
+            self._running = None

@@ -1,6 +1,7 @@
 """Device selection: auto falls back to the CPU, CUDA where there is none is a clear error (exit status 2),
 int8 and int4 are refused on CUDA, and the engine places and casts the model as asked."""
 
+import os
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ import torch
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from scheduler.model.device import DeviceUnavailable, check_precision, place_model, resolve_device
 from scheduler.model.quantize import Int4Linear
-from voicepipe.backends.loading import ModelOptions, placement
+from voicepipe.backends.loading import ModelOptions, engine_config, placement
 from voicepipe.backends.models import ModelError
 from voicepipe.bench.random_weights import random_llm
 from voicepipe.cli import main
@@ -61,14 +62,20 @@ def test_quantized_weights_are_refused_on_cuda(fake_cuda, precision):
 
 
 def test_the_default_precision_follows_the_device(no_cuda):
-    assert placement(ModelOptions(device="auto", llm_precision=None)) == {
-        "device": "cpu", "precision": "int4"}
+    assert placement(ModelOptions(device="auto", llm_precision=None)) == {"device": "cpu", "precision": "int4"}
     assert placement(ModelOptions(device="cpu", llm_precision="fp32"))["precision"] == "fp32"
 
 
 def test_the_default_precision_on_cuda_is_bf16(fake_cuda):
-    assert placement(ModelOptions(device="auto", llm_precision=None)) == {
-        "device": "cuda", "precision": "bf16"}
+    assert placement(ModelOptions(device="auto", llm_precision=None)) == {"device": "cuda", "precision": "bf16"}
+
+
+def test_device_jobs_get_a_lane_of_their_own_where_a_second_core_is_unless_told_otherwise(no_cuda, monkeypatch):
+    for cores, lane in ((1, 0), (2, 1), (16, 1)):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        assert engine_config(ModelOptions(device="cpu")).job_threads == lane
+    told = ModelOptions(device="cpu", engine=EngineConfig(job_threads=0))
+    assert engine_config(told).job_threads == 0
 
 
 def test_place_model_casts_and_keeps_the_device_when_none_is_given():

@@ -2,6 +2,7 @@
 the tiny random-weight model (the embedded model's exactness is `test_lean_runner`'s and the server tests')."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -10,7 +11,8 @@ import torch
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams, Sequence
 from scheduler.channel.client import JobFailed
 from scheduler.channel.local import LocalEngine
-from scheduler.jobs import JobHandler
+from scheduler.jobs import JobHandler, make_job
+from scheduler.request import Status
 from scheduler.views import holdings
 from voicepipe.backends.base import chat_prompt_ids
 
@@ -190,6 +192,35 @@ async def test_async_generate_streams_text_and_jobs_run_by_priority(tiny_llm, pr
         assert held["requests"] == 0 and held["pool_error"] is None
     finally:
         await engine.stop()
+
+
+@pytest.mark.parametrize("job_threads", [1, 0])
+def test_a_job_on_the_lane_runs_beside_model_steps_and_an_inline_one_between_them(tiny_llm, prompts, job_threads):
+    """On a lane (job_threads >= 1) a request decodes to its end while a job is still running; between steps
+    (0), the job holds the engine's thread: the request had not moved when it ended."""
+    released, steps_before = threading.Event(), []
+    engine: Engine
+
+    def hold() -> int:
+        steps_before.append(engine.metrics.steps_run)
+        released.wait(10 if job_threads else 0.5)
+        return engine.metrics.steps_run - steps_before[0]  # the steps that ran while the job did
+
+    engine = Engine(*tiny_llm, EngineConfig(num_slabs=4, job_threads=job_threads), {"hold": JobHandler(hold)})
+    try:
+        engine.submit_job(make_job("hold", ()))
+        seq = engine.add_request(Sequence(prompts[0], SamplingParams(max_tokens=8, ignore_eos=True)))
+        while seq.status is not Status.FINISHED and engine.step():
+            pass
+        released.set()
+        while engine.step():
+            pass
+        _, results, _ = engine.take_outputs()
+        assert seq.status is Status.FINISHED and len(seq.output_ids) == 8
+        assert [r.error for r in results] == [None]
+        assert (results[0].value >= 8) == bool(job_threads)
+    finally:
+        engine.close()
 
 
 def test_knobs_are_validated_and_applied(tiny_llm):

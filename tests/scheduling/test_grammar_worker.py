@@ -45,7 +45,7 @@ def engine():
     import torch
 
     threads = torch.get_num_threads()
-    set_torch_threads(ModelOptions(), "cpu")
+    set_torch_threads(ModelOptions(), EngineConfig(device="cpu"))
     engine = make_engine(grammar_budget_s=30.0)
     yield engine
     engine.close()

@@ -9,6 +9,7 @@ import pytest
 
 from scheduler import EngineConfig, RequestClass
 from scheduler.engine import Engine
+from scheduler.jobs import make_job
 from scheduler.model.runner import ModelRunner
 from scheduler.policies import O4, POLICIES
 from scheduler.request import SamplingParams, Sequence
@@ -268,3 +269,21 @@ def test_simulate_command_refuses_what_it_cannot_price(capsys):
     assert main(["simulate", "--device", "cpu-measured", "--model", "llama-2-13b"]) == 2
     assert "error" in capsys.readouterr().err
     assert RequestClass.REALTIME < RequestClass.INTERACTIVE  # calls outrank text in the scenarios above
+
+
+@pytest.mark.parametrize("job_threads", [0, 1])
+def test_a_simulated_job_lane_runs_a_job_beside_the_steps_on_the_virtual_clock(job_threads):
+    """A 0.1 s job and ten 0.01 s decode steps: between steps they take 0.2 s of virtual time one after the
+    other; on a lane (a GPU's second stream) both end at 0.1 s."""
+    clock = VirtualClock()
+    engine = virtual_engine(TINY, EngineConfig(num_slabs=2, job_threads=job_threads), Constant(0.01),
+                            IdTokenizer(512), jobs={"tts": lambda: (0.1, "audio")}, kv_itemsize=4, clock=clock)
+    ended: dict[str, float] = {}
+    driver = Driver(engine, clock)
+    driver.submit_job(make_job("tts", (), RequestClass.REALTIME, deadline=0.0),
+                      lambda result: ended.setdefault(result.value, clock.now()))
+    driver.add_request(Sequence([5] * 4, SamplingParams(max_tokens=10, ignore_eos=True)),
+                       lambda output: ended.update(text=clock.now()) if output.finished else None)
+    driver.run()
+    assert ended["audio"] == pytest.approx(0.1)
+    assert ended["text"] == pytest.approx(0.1 if job_threads else 0.2)

@@ -6,6 +6,7 @@ transcript or a sentence of speech as data, which can cross into the engine proc
 """
 
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -79,6 +80,14 @@ def placement(options: ModelOptions) -> dict[str, str]:
     return {"device": device.type, "precision": precision}
 
 
+def job_threads(config: EngineConfig) -> int:
+    """Where a served engine runs its device jobs: as asked, else on a lane beside the model's steps wherever
+    there is a second core for it (measured: docs/performance.md, "Calls per device")."""
+    if config.job_threads is not None:
+        return config.job_threads
+    return 1 if (os.cpu_count() or 1) >= 2 else 0
+
+
 def engine_config(options: ModelOptions) -> EngineConfig:
     """The engine's whole configuration, made once (in the server, before any engine process starts): the
     model paths and the placement are checked first, so a typo fails at once, not after minutes of loading."""
@@ -87,7 +96,7 @@ def engine_config(options: ModelOptions) -> EngineConfig:
     check_call_policy(options.policy)
     resolve_llm(options.llm_model)
     resolve_asr(options.asr_model)
-    return replace(options.engine, **placement(options))
+    return replace(options.engine, **placement(options), job_threads=job_threads(options.engine))
 
 
 def check_call_policy(name: str) -> None:
@@ -96,33 +105,34 @@ def check_call_policy(name: str) -> None:
         raise ValueError(f"policy must be one of {', '.join(call_policies())}, not {name!r}")
 
 
-def set_torch_threads(options: ModelOptions, device: str) -> None:
-    """torch's threads in the engine: as asked, else on a CPU one core fewer than the machine has. Measured
-    (`bench convoy`, docs/performance.md): beside a busy server process on 2 cores, with 2 threads a batch-1 decode step
-    took 2.3x and a 224-token prefill step 8.8x as long as alone (each parallel region waits for the thread
-    that shares its core with the server); with 1 thread, 1.03x and 1.01x, at 1.1x and 1.7x the 2-thread
-    steps' time alone."""
-    import os
-
+def set_torch_threads(options: ModelOptions, config: EngineConfig) -> None:
+    """torch's threads in the engine: as asked, else on a CPU the cores left by the server (one) and by the
+    job lane (`job_threads`), at least one. Measured (`bench convoy`, docs/performance.md): beside a busy
+    server process on 2 cores, with 2 threads a batch-1 decode step took 2.3x and a 224-token prefill step
+    8.8x as long as alone (each parallel region waits for the thread that shares its core with the server);
+    with 1 thread, 1.03x and 1.01x, at 1.1x and 1.7x the 2-thread steps' time alone."""
     import torch
 
     threads = options.torch_threads
-    if threads is None and device == "cpu":
-        threads = max(1, (os.cpu_count() or 2) - 1)
+    if threads is None and config.device == "cpu":
+        threads = max(1, (os.cpu_count() or 2) - 1 - (config.job_threads or 0))
     if threads is not None:
         torch.set_num_threads(threads)
 
 
-def load_voice_models(options: ModelOptions, device: str) -> tuple[ASR, TTS]:
+def load_voice_models(options: ModelOptions, config: EngineConfig) -> tuple[ASR, TTS]:
     """The TTS first (a bad voice fails fast), then Whisper, which follows the LLM onto CUDA (CTranslate2,
-    float16 there); Piper stays on the CPU, where onnxruntime's wheel from PyPI runs it."""
+    float16 there); Piper stays on the CPU, where onnxruntime's wheel from PyPI runs it. On a job lane each
+    runtime takes the lane's threads; between steps, the defaults (two each)."""
     from voicepipe.backends.asr_whisper import WhisperASR
     from voicepipe.backends.tts_select import make_tts
 
+    threads = {"threads": config.job_threads} if config.job_threads else {}
     phase("loading the TTS voice")
-    tts = make_tts(options.tts, options.tts_model)
+    tts = make_tts(options.tts, options.tts_model, **threads)
     phase("loading Whisper")
-    asr = WhisperASR(options.asr_model, **({"device": "cuda", "compute_type": "float16"} if device == "cuda" else {}))
+    placed = {"device": "cuda", "compute_type": "float16"} if config.device == "cuda" else {}
+    asr = WhisperASR(options.asr_model, **placed, **({"cpu_threads": config.job_threads} if threads else {}))
     return asr, tts
 
 
@@ -186,12 +196,12 @@ def warm_up_engine(engine: "Engine") -> None:
     engine.take_outputs()
 
 
-def load_models(options: ModelOptions, device: str) -> tuple[Any, Any, ASR, TTS]:
-    """(model, tokenizer, asr, tts): every model the options name, on `device`. The one load path of an
-    engine in its own process (`build_engine`) and of one on a thread (`Runtime.load`)."""
+def load_models(options: ModelOptions, config: EngineConfig) -> tuple[Any, Any, ASR, TTS]:
+    """(model, tokenizer, asr, tts): every model the options name, placed as `config` says. The one load
+    path of an engine in its own process (`build_engine`) and of one on a thread (`Runtime.load`)."""
     from voicepipe.backends.models import load_llm
 
-    asr, tts = load_voice_models(options, device)
+    asr, tts = load_voice_models(options, config)
     phase("loading the LLM")
     model, tokenizer = load_llm(options.llm_model)
     return model, tokenizer, asr, tts
@@ -211,6 +221,6 @@ def build_engine(config: EngineConfig, options: ModelOptions) -> tuple["Engine",
     from voicepipe.backends import threads
 
     threads.configure()  # before torch or CTranslate2 loads in this process
-    set_torch_threads(options, config.device)
-    model, tokenizer, asr, tts = load_models(options, config.device)
+    set_torch_threads(options, config)
+    model, tokenizer, asr, tts = load_models(options, config)
     return ready_engine(model, tokenizer, asr, tts, config), voice_info(model, asr, tts)

@@ -1,7 +1,8 @@
 """How torch, CTranslate2 and onnxruntime share a small CPU: one policy for every entry point.
 
-All device work runs one job at a time in the engine (its own process), so each runtime may use every core while its
-job runs. What decides speed is what the idle threads do between jobs. torch and CTranslate2 each bring
+In the engine (its own process) the model's steps and the device jobs each run one at a time, side by side on a
+job lane or taking turns (`EngineConfig.job_threads`), each runtime sized to its share of the cores. What also
+decides speed is what the idle threads do between jobs. torch and CTranslate2 each bring
 their own GNU OpenMP runtime, whose worker threads spin for a while after each parallel region before they
 sleep. Spinning is what keeps back-to-back small ops fast (a model step is hundreds of them); spinning long
 after a job has ended steals a core from the next runtime's job. onnxruntime (Piper, Silero) spins unless

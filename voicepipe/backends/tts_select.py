@@ -10,9 +10,9 @@ from voicepipe.backends.base import TTS
 TTS_CHOICES = ("piper", "coqui")
 
 
-def make_tts(name: str = "piper", path: str | Path | None = None) -> TTS:
-    """Load the TTS backend `name` from `path`: a Piper voice (.onnx, or None for the embedded one), or a
-    Coqui model directory (required).
+def make_tts(name: str = "piper", path: str | Path | None = None, threads: int = 2) -> TTS:
+    """Load the TTS backend `name` from `path`: a Piper voice (.onnx, or None for the embedded one), with
+    `threads` for onnxruntime, or a Coqui model directory (required).
 
     Raises ValueError for an unknown name and `ModelError` for a missing or unusable model, including
     Coqui not being installed (the message then says how to install the coqui extra).
@@ -20,7 +20,7 @@ def make_tts(name: str = "piper", path: str | Path | None = None) -> TTS:
     if name == "piper":
         from voicepipe.backends.tts_piper import PiperTTS
 
-        return PiperTTS(path)
+        return PiperTTS(path, threads)
     if name == "coqui":
         from voicepipe.backends.models import ModelError
         from voicepipe.backends.tts_coqui import CoquiTTS

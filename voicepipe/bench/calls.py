@@ -146,7 +146,7 @@ async def bench_runtime(options: ModelOptions, engine: str) -> Runtime:
 
 
 async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_s: float | None = None,
-                      options: ModelOptions | None = None, engine: str = "process") -> dict:
+                      options: ModelOptions | None = None, engine: str = "process", from_calls: int = 1) -> dict:
     from voicepipe.backends.tts_piper import PiperTTS
 
     options = options or ModelOptions()
@@ -157,11 +157,11 @@ async def bench_calls(max_calls: int, turns: int, policies: list[str], deadline_
         runtime = await bench_runtime(options.under(policy), engine)
         try:
             levels = []
-            for calls in range(1, max_calls + 1):  # every level, so the policies compare at each load
+            for calls in range(from_calls, max_calls + 1):  # every level, so the policies compare at each load
                 levels.append(await run_level(runtime, calls, turns, questions, call_config))
                 log.info("%s, %d calls: %s", policy, calls, levels[-1])
             on_time = [level["deadline_hit_rate"] >= 0.95 for level in levels]
-            held = on_time.index(False) if False in on_time else len(levels)
+            held = from_calls - 1 + (on_time.index(False) if False in on_time else len(levels))
         finally:
             await runtime.close()
         report["policies"][policy] = {"levels": levels, "max_calls_within_deadline": held}

@@ -1,5 +1,6 @@
 """`voicepipe bench convoy`: the same model steps alone and beside a busy server, with the engine on a thread
-of the server's process and in a process of its own.
+of the server's process and in a process of its own; then beside a stream of Piper sentences, run between
+the steps or on the engine's job lane.
 
 A busy server is stood in for by a thread doing what a websocket/SSE server does all day: JSON of small
 audio messages. Beside it, an engine on a thread waits for the interpreter lock at every torch op (the
@@ -12,7 +13,8 @@ import base64
 import itertools
 import json
 import threading
-from dataclasses import asdict
+import time
+from dataclasses import asdict, replace
 from typing import Any
 
 from scheduler import Engine, EngineConfig, RequestClass, SamplingParams
@@ -40,6 +42,44 @@ def llm_engine(config: EngineConfig, torch_threads: int | None = None) -> tuple[
         torch.set_num_threads(torch_threads)
     model, tokenizer = load_llm()
     return Engine(model, tokenizer, config), {}
+
+
+SENTENCE = "The lighthouse keeper counted every step on the way up, and listened to the waves below."
+
+
+def voiced_engine(config: EngineConfig, torch_threads: int | None = None) -> tuple[Engine, dict]:
+    """The embedded LLM with a `tts` job (the embedded Piper voice, sized to the job lane's threads, else
+    to its default two), as the engine process's factory."""
+    from scheduler.jobs import JobHandler
+    from voicepipe.backends.tts_piper import PiperTTS
+
+    engine, info = llm_engine(config, torch_threads)
+    tts = PiperTTS(threads=config.job_threads or 2)
+    engine.handlers["tts"] = JobHandler(lambda text: sum(len(chunk) for chunk in tts.synthesize(text)))
+    return engine, info
+
+
+class Sentences:
+    """One sentence of speech always in flight on the engine, until the block ends: what a few calls'
+    replies ask of it."""
+
+    def __init__(self, engine: EngineClient) -> None:
+        self.engine, self.done = engine, 0
+        self._task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> "Sentences":
+        self._task = asyncio.create_task(self._speak())
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _speak(self) -> None:
+        while True:
+            await self.engine.run_job("tts", SENTENCE, cls=RequestClass.REALTIME)
+            self.done += 1
 
 
 class BusyServer:
@@ -110,6 +150,18 @@ async def bench_convoy() -> dict:
             report[f"{name}_busy_server"]["busy_messages"] = busy.messages
         finally:
             await process.stop()
+    for name, job_threads in (("between_steps", 0), ("job_lane", 1)):
+        process = ProcessEngine(voiced_engine, replace(CONFIG, job_threads=job_threads), torch_threads=1)
+        await process.start()
+        try:
+            await timed_steps(process)
+            async with Sentences(process) as sentences:
+                started = time.perf_counter()
+                report[f"sentences_{name}"] = await timed_steps(process)
+            wall = time.perf_counter() - started
+            report[f"sentences_{name}"].update(sentences_per_s=sentences.done / wall, steps_wall_s=wall)
+        finally:
+            await process.stop()
     local = LocalEngine(llm_engine(CONFIG)[0])
     local.start()
     try:
@@ -136,3 +188,9 @@ def print_convoy(report: dict) -> None:
         print(f"{engine:26}{beside:14}{r['decode_1_ms']:10.1f} ({r['decode_1_ms'] / base['decode_1_ms']:4.1f}x)"
               f"{r['prefill_224_with_16_decodes_ms']:18.0f} "
               f"({r['prefill_224_with_16_decodes_ms'] / base['prefill_224_with_16_decodes_ms']:4.1f}x)")
+    print("\nbeside a stream of Piper sentences (process, torch 1 thread): model steps p50 ms, the steps' run in s,"
+          " sentences a second")
+    for key, where in (("sentences_between_steps", "between steps"), ("sentences_job_lane", "on the job lane")):
+        r = report[key]
+        print(f"  jobs {where:18}{r['decode_1_ms']:10.1f}{r['prefill_224_with_16_decodes_ms']:12.0f}"
+              f"{r['steps_wall_s']:10.1f}{r['sentences_per_s']:10.1f}")

@@ -58,8 +58,8 @@ class Runtime:
         """Load the models the options name and start their engine on a thread of this process."""
         config = engine_config(options)
         if options.torch_threads is not None:
-            set_torch_threads(options, config.device)
-        return cls.start(*load_models(options, config.device), config)
+            set_torch_threads(options, config)
+        return cls.start(*load_models(options, config), config)
 
     @classmethod
     async def spawn(cls, options: ModelOptions) -> "Runtime":

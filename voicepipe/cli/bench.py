@@ -3,6 +3,7 @@
 decoding); `bench soak` (everything at once, hostile clients too, for N minutes)."""
 
 import argparse
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:  # the runtime imports torch
 
 def add_calls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=int, default=4, metavar="N", help="the most simultaneous callers to try")
+    parser.add_argument("--from-calls", type=int, default=1, metavar="N",
+                        help="the fewest to try (default 1; a policy then holds at least N - 1, unmeasured)")
     add_caller_arguments(parser, turns=2)
 
 
@@ -189,8 +192,11 @@ def run_calls_bench(args: argparse.Namespace) -> int:
     from voicepipe.backends.arguments import model_options
     from voicepipe.bench.calls import bench_calls, print_waterfall
 
+    if not 1 <= args.from_calls <= args.calls:
+        print("voicepipe: --from-calls must be between 1 and --calls", file=sys.stderr)
+        return 2
     report = asyncio.run(bench_calls(args.calls, args.turns, args.policies.split(","), args.deadline,
-                                     model_options(args), args.engine))
+                                     model_options(args), args.engine, args.from_calls))
     report["machine"] = machine()
     for policy, result in report["policies"].items():
         print(f"\n{policy}: holds {result['max_calls_within_deadline']} calls with >= 95% of turns on time")

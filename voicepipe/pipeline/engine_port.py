@@ -15,7 +15,7 @@ class Engine(Protocol):
 
     async def run_job(self, kind: str, *args: Any, cls: RequestClass = RequestClass.INTERACTIVE,
                       deadline: float | None = None) -> Any:
-        """Run a device job (an ASR pass, a TTS sentence) between model steps."""
+        """Run a device job (an ASR pass, a TTS sentence) on the engine, most urgent first."""
 
     def set_deadline(self, request_id: str, deadline: float | None) -> None:
         """When the request must deliver its next tokens (the TTS stage's pacing)."""

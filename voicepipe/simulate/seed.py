@@ -90,8 +90,10 @@ def arithmetic() -> dict:
 
 
 def voice_policies() -> list[tuple[str, str, dict]]:
-    """(row name, policy, engine changes) of the voice rows: every policy as it is, and o4 sized for a GPU."""
-    return [*((name, name, {}) for name in POLICIES), ("o4-gpu", "o4", GPU_O4)]
+    """(row name, policy, engine changes) of the voice rows: every policy as it is, o4 sized for a GPU, and
+    that with its ASR and TTS jobs on a second stream beside the model's steps (the job lane)."""
+    return [*((name, name, {}) for name in POLICIES), ("o4-gpu", "o4", GPU_O4),
+            ("o4-gpu-lane", "o4", {**GPU_O4, "job_threads": 1})]
 
 
 def voice(device: str, text_rate: float, calls_grid: list[int], duration_s: float, turns: int,
@@ -194,7 +196,7 @@ def print_experiment(report: dict) -> None:
     print(f"\nvoice on one H100 beside {v['text_rate_per_s']}/s of the seed's text traffic: calls held with >= 99% "
           "of turns on time: " + ", ".join(f"{p} {n}" for p, n in v["most_calls"].items()))
     for r in v["rows"]:
-        print(f"  {r['calls']:4d} calls {r['policy']:7} on time {r['on_time_rate']:6.1%}  TTFA p50 "
+        print(f"  {r['calls']:4d} calls {r['policy']:12} on time {r['on_time_rate']:6.1%}  TTFA p50 "
               f"{r['ttfa_p50_s']:.2f} s p99 {r['ttfa_p99_s']:.2f} s  text {r['text_req_s']:.2f} req/s, TTFT p99 "
               f"{r['text_ttft_p99_s']:.2f} s")
     print("\nAll GPU figures are a model's (the roofline, no GPU measured): read them +-25%; docs/simulator.md.")
