@@ -82,6 +82,7 @@ class Engine:
         self.handlers: dict[str, JobHandler] = dict(jobs or {})
         self.jobs = JobQueue()
         self.lane = lane or (ThreadLane() if self.config.job_threads else InlineLane(self.clock))
+        self.lane.refill = lambda: self.jobs.take(self.handlers)
         self.outputs: list[tuple[str, Output]] = []  # (request id, output) since the driver last took them
         self.job_results: list[JobResult] = []
         self.force_compaction = False
@@ -124,8 +125,9 @@ class Engine:
 
     def _start_jobs(self) -> None:
         """The most urgent job, with those of its kind its handler batches, onto the lane."""
-        handler = self.handlers[self.jobs.first_kind()]
-        self.lane.start(self.jobs.pop(handler.batch), handler)
+        batch = self.jobs.take(self.handlers)
+        if batch is not None:
+            self.lane.start(*batch)
 
     def _model_step(self, now: float) -> None:
         """Plan, run, postprocess: the step's outputs go to `outputs`, its figures to the metrics at once."""

@@ -17,6 +17,9 @@ from typing import Protocol
 
 from scheduler.jobs import Job, JobHandler, JobResult
 
+Batch = tuple[list[Job], JobHandler]
+Refill = Callable[[], Batch | None]  # the next batch waiting, taken off the queue; None when none waits
+
 log = logging.getLogger(__name__)
 Timer = Callable[[], float]
 
@@ -36,9 +39,12 @@ def run_jobs(jobs: list[Job], handler: JobHandler, timer: Timer) -> list[JobResu
 
 class JobLane(Protocol):
     """`beside`: whether jobs run while model steps do. `start` hands over a batch (only while not `busy`);
-    `take` returns the results finished since; `wait` blocks until the running batch ends, or `timeout_s`."""
+    a lane beside the steps takes the next batch waiting itself (`refill`, which the engine sets) once it
+    ends; `take` returns the results finished since; `wait` blocks until the running batch ends, or
+    `timeout_s`."""
 
     beside: bool
+    refill: Refill
 
     @property
     def busy(self) -> bool: ...
@@ -60,6 +66,7 @@ class InlineLane:
 
     def __init__(self, timer: Timer) -> None:
         self.timer = timer
+        self.refill: Refill = lambda: None  # the engine decides between steps whether a job goes next
         self._done: list[JobResult] = []
 
     def start(self, jobs: list[Job], handler: JobHandler) -> None:
@@ -77,12 +84,15 @@ class InlineLane:
 
 
 class ThreadLane:
-    """Jobs on a thread of their own, one batch at a time, beside the model's steps."""
+    """Jobs on a thread of their own, one batch at a time, beside the model's steps. The engine starts a
+    batch when it finds the lane free between steps; once started, the lane takes the next batch waiting
+    itself (`refill`), so it is not left idle until the step in flight ends."""
 
     beside = True
 
     def __init__(self) -> None:
-        self._todo: queue.SimpleQueue[tuple[list[Job], JobHandler] | None] = queue.SimpleQueue()
+        self.refill: Refill = lambda: None
+        self._todo: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
         self._done: list[JobResult] = []
         self._lock = threading.Lock()
         self._idle = threading.Event()
@@ -112,7 +122,9 @@ class ThreadLane:
 
     def _work(self) -> None:
         while (batch := self._todo.get()) is not None:
-            results = run_jobs(*batch, time.perf_counter)
-            with self._lock:
-                self._done += results
+            while batch is not None:
+                results = run_jobs(*batch, time.perf_counter)
+                with self._lock:
+                    self._done += results
+                batch = self.refill()
             self._idle.set()

@@ -10,6 +10,7 @@ then run together (several callers' final ASR passes in one encoder call).
 import heapq
 import itertools
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,40 +57,44 @@ class JobResult:
 
 
 class JobQueue:
-    """The jobs waiting, most urgent first (touched by the engine's own thread only)."""
+    """The jobs waiting, most urgent first: filled by the engine's thread, emptied by it or by the job lane's
+    (hence the lock)."""
 
     def __init__(self) -> None:
         self._heap: list[Job] = []
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def push(self, job: Job) -> None:
-        heapq.heappush(self._heap, job)
+        with self._lock:
+            heapq.heappush(self._heap, job)
 
     def cancel(self, job_id: str) -> None:
         """Drop a job that has not started (its caller stopped waiting); unknown ids are ignored. The queue
         holds a handful of jobs, so a scan is the cheap way."""
-        kept = [job for job in self._heap if job.job_id != job_id]
-        if len(kept) != len(self._heap):
-            self._heap = kept
-            heapq.heapify(kept)
-
-    def first_kind(self) -> str:
-        return self._heap[0].kind
+        with self._lock:
+            kept = [job for job in self._heap if job.job_id != job_id]
+            if len(kept) != len(self._heap):
+                self._heap = kept
+                heapq.heapify(kept)
 
     def first_key(self) -> tuple:
         """(tier, deadline) of the most urgent job."""
         return self._heap[0].key[:2]
 
-    def pop(self, batch: int = 1) -> list[Job]:
-        """The most urgent job, with up to `batch` - 1 more of its kind in their own order."""
-        first = heapq.heappop(self._heap)
-        if batch <= 1:
-            return [first]
-        same = sorted(job for job in self._heap if job.kind == first.kind)[:batch - 1]
-        if same:
-            taken = {id(job) for job in same}
-            self._heap = [job for job in self._heap if id(job) not in taken]
-            heapq.heapify(self._heap)
-        return [first, *same]
+    def take(self, handlers: dict[str, JobHandler]) -> tuple[list[Job], JobHandler] | None:
+        """The most urgent job, with up to its handler's `batch` - 1 more of its kind in their own order, and
+        that handler; None when none waits."""
+        with self._lock:
+            if not self._heap:
+                return None
+            first = heapq.heappop(self._heap)
+            handler = handlers[first.kind]
+            same = sorted(job for job in self._heap if job.kind == first.kind)[:handler.batch - 1]
+            if same:
+                taken = {id(job) for job in same}
+                self._heap = [job for job in self._heap if id(job) not in taken]
+                heapq.heapify(self._heap)
+            return [first, *same], handler

@@ -12,7 +12,7 @@ import torch
 
 from scheduler.config import EngineConfig
 from scheduler.engine import Engine
-from scheduler.job_lane import run_jobs
+from scheduler.job_lane import Batch, Refill, run_jobs
 from scheduler.jobs import Job, JobHandler, JobResult
 from scheduler.model.kv_dtype import num_slabs, pages_per_slab
 from scheduler.planner import StepPlan
@@ -86,12 +86,14 @@ def _priced(fn: Callable[..., tuple[float, object]], clock: VirtualClock) -> Cal
 
 class VirtualLane:
     """The job lane on the virtual clock: a batch is run at once for its values, its handlers moving the
-    lane's own `timer` by their price, and its results come out once the clock reaches its end."""
+    lane's own `timer` by their price, and its results come out once the clock reaches its end; the next
+    batch waiting (`refill`) starts at that end, as on a thread of its own."""
 
     beside = True
 
     def __init__(self, clock: VirtualClock) -> None:
         self.clock, self.timer = clock, VirtualClock()
+        self.refill: Refill = lambda: None
         self._running: tuple[float, list[JobResult]] | None = None  # (when it ends, its results)
         self._done: list[JobResult] = []
 
@@ -101,9 +103,7 @@ class VirtualLane:
         return self._running is not None
 
     def start(self, jobs: list[Job], handler: JobHandler) -> None:
-        started = self.timer.now()
-        results = run_jobs(jobs, handler, self.timer.now)
-        self._running = (self.clock.now() + self.timer.now() - started, results)
+        self._run((jobs, handler), self.clock.now())
 
     def take(self) -> list[JobResult]:
         self._settle()
@@ -117,7 +117,16 @@ class VirtualLane:
     def close(self) -> None:
         """No thread to stop."""
 
+    def _run(self, batch: Batch, at: float) -> None:
+        started = self.timer.now()
+        results = run_jobs(*batch, self.timer.now)
+        self._running = (at + self.timer.now() - started, results)
+
     def _settle(self) -> None:
-        if self._running is not None and self.clock.now() >= self._running[0]:
-            self._done += self._running[1]
+        while self._running is not None and self.clock.now() >= self._running[0]:
+            ended, results = self._running
+            self._done += results
             self._running = None
+            batch = self.refill()
+            if batch is not None:
+                self._run(batch, ended)

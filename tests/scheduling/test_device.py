@@ -9,7 +9,7 @@ import torch
 from scheduler import Engine, EngineConfig, SamplingParams, Sequence
 from scheduler.model.device import DeviceUnavailable, check_precision, place_model, resolve_device
 from scheduler.model.quantize import Int4Linear
-from voicepipe.backends.loading import ModelOptions, engine_config, placement
+from voicepipe.backends.loading import ModelOptions, engine_config, job_threads, placement
 from voicepipe.backends.models import ModelError
 from voicepipe.bench.random_weights import random_llm
 from voicepipe.cli import main
@@ -70,12 +70,12 @@ def test_the_default_precision_on_cuda_is_bf16(fake_cuda):
     assert placement(ModelOptions(device="auto", llm_precision=None)) == {"device": "cuda", "precision": "bf16"}
 
 
-def test_device_jobs_get_a_lane_of_their_own_where_a_second_core_is_unless_told_otherwise(no_cuda, monkeypatch):
-    for cores, lane in ((1, 0), (2, 1), (16, 1)):
-        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
-        assert engine_config(ModelOptions(device="cpu")).job_threads == lane
-    told = ModelOptions(device="cpu", engine=EngineConfig(job_threads=0))
-    assert engine_config(told).job_threads == 0
+def test_device_jobs_get_a_lane_of_their_own_on_cuda_and_run_between_steps_on_a_cpu(no_cuda, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert (job_threads(EngineConfig(), "cuda"), job_threads(EngineConfig(), "cpu")) == (7, 0)
+    assert job_threads(EngineConfig(job_threads=1), "cpu") == 1
+    assert engine_config(ModelOptions(device="cpu")).job_threads == 0  # resolved, never left to the engine
+    assert engine_config(ModelOptions(device="cpu", engine=EngineConfig(job_threads=2))).job_threads == 2
 
 
 def test_place_model_casts_and_keeps_the_device_when_none_is_given():

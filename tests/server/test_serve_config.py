@@ -43,12 +43,12 @@ def test_defaults_are_those_of_the_calls_and_the_other_commands():
     assert settings().model_options().engine == EngineConfig()
 
 
-def test_the_knobs_and_the_text_limits_are_settings(tmp_path):
+def test_the_knobs_the_job_lane_and_the_text_limits_are_settings(tmp_path):
     toml = config_file(tmp_path, "text_max_tokens = 64")
-    chosen = settings("--max-batch-tokens", "128", "--max-text-requests", "3",
+    chosen = settings("--max-batch-tokens", "128", "--max-text-requests", "3", "--job-threads", "1",
                       env={"VOICEPIPE_MAX_BATCH_SEQS": "8", "VOICEPIPE_CONFIG": toml})
     engine = chosen.model_options().engine
-    assert (engine.max_batch_tokens, engine.max_batch_seqs) == (128, 8)
+    assert (engine.max_batch_tokens, engine.max_batch_seqs, engine.job_threads) == (128, 8, 1)
     assert (chosen.limits().max_text_requests, chosen.limits().text_max_tokens) == (3, 64)
     with pytest.raises(SettingsError, match="MAX_BATCH_SEQS must be an integer in"):
         settings(env={"VOICEPIPE_MAX_BATCH_SEQS": "0"})
@@ -73,6 +73,8 @@ LAYERS = {
     "device": ('device = "cpu"', {"VOICEPIPE_DEVICE": "auto"}, ["--device", "cpu"], ("cpu", "auto", "cpu")),
     "tts_model": ('tts_model = "/f.onnx"', {"VOICEPIPE_TTS_MODEL": "/e.onnx"}, ["--tts-voice", "/v.onnx"],
                   ("/f.onnx", "/e.onnx", "/v.onnx")),
+    "torch_threads": ("torch_threads = 2", {"VOICEPIPE_TORCH_THREADS": "3"}, ["--torch-threads", "1"], (2, 3, 1)),
+    "job_threads": ("job_threads = 1", {"VOICEPIPE_JOB_THREADS": "0"}, ["--job-threads", "2"], (1, 0, 2)),
 }
 
 
@@ -98,6 +100,8 @@ def test_a_bad_value_is_refused_in_every_layer_naming_its_source(tmp_path, capsy
         settings(env={"VOICEPIPE_PORT": "http"})
     with pytest.raises(SettingsError, match=r"VOICEPIPE_POLICY must be one of o4, fcfs, got 'fifo'"):
         settings(env={"VOICEPIPE_POLICY": "fifo"})
+    with pytest.raises(SettingsError, match=r"VOICEPIPE_JOB_THREADS must be 0 or more, got -1"):
+        settings(env={"VOICEPIPE_JOB_THREADS": "-1"})
     with pytest.raises(SettingsError, match=r"VOICEPIPE_INSECURE must be one of"):
         settings(env={"VOICEPIPE_INSECURE": "maybe"})
     with pytest.raises(SettingsError, match=r"VOICEPIPE_ALLOW_ORIGINS 'example.com' is not an origin"):

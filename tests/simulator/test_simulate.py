@@ -272,18 +272,20 @@ def test_simulate_command_refuses_what_it_cannot_price(capsys):
 
 
 @pytest.mark.parametrize("job_threads", [0, 1])
-def test_a_simulated_job_lane_runs_a_job_beside_the_steps_on_the_virtual_clock(job_threads):
-    """A 0.1 s job and ten 0.01 s decode steps: between steps they take 0.2 s of virtual time one after the
-    other; on a lane (a GPU's second stream) both end at 0.1 s."""
+def test_a_simulated_job_lane_runs_jobs_beside_the_steps_on_the_virtual_clock(job_threads):
+    """Two 0.1 s jobs and ten 0.03 s decode steps: between steps they take 0.5 s of virtual time one after
+    the other; on a lane (a GPU's second stream) the text ends at 0.3 s, and the second job starts as the
+    first ends (0.1 s), not when the step in flight does (0.12 s). Results go out at a step's end, as the
+    real engine's: at 0.12 and 0.21 (0.24 had the second waited for the step)."""
     clock = VirtualClock()
-    engine = virtual_engine(TINY, EngineConfig(num_slabs=2, job_threads=job_threads), Constant(0.01),
-                            IdTokenizer(512), jobs={"tts": lambda: (0.1, "audio")}, kv_itemsize=4, clock=clock)
-    ended: dict[str, float] = {}
+    engine = virtual_engine(TINY, EngineConfig(num_slabs=2, job_threads=job_threads), Constant(0.03),
+                            IdTokenizer(512), jobs={"tts": lambda n: (0.1, n)}, kv_itemsize=4, clock=clock)
+    ended: dict[object, float] = {}
     driver = Driver(engine, clock)
-    driver.submit_job(make_job("tts", (), RequestClass.REALTIME, deadline=0.0),
-                      lambda result: ended.setdefault(result.value, clock.now()))
+    for n in (1, 2):
+        driver.submit_job(make_job("tts", (n,), RequestClass.REALTIME, deadline=0.0),
+                          lambda result: ended.setdefault(result.value, clock.now()))
     driver.add_request(Sequence([5] * 4, SamplingParams(max_tokens=10, ignore_eos=True)),
                        lambda output: ended.update(text=clock.now()) if output.finished else None)
     driver.run()
-    assert ended["audio"] == pytest.approx(0.1)
-    assert ended["text"] == pytest.approx(0.1 if job_threads else 0.2)
+    assert ended == pytest.approx({1: 0.12, 2: 0.21, "text": 0.3} if job_threads else {1: 0.1, 2: 0.2, "text": 0.5})

@@ -32,8 +32,8 @@ def add_llm_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def model_options(source: object) -> ModelOptions:
     """The models and engine settings named by a command's options, or by the server's settings, which name
-    them alike (`policy`, and the commands' `--engine-field` among them); one the source lacks, or leaves
-    unset, keeps its default."""
+    them alike (`policy`, `job_threads`, and the commands' `--engine-field` among them); one the source
+    lacks, or leaves unset, keeps its default."""
     default = ModelOptions()
 
     def given(name: str) -> Any:
@@ -41,8 +41,9 @@ def model_options(source: object) -> ModelOptions:
         return getattr(default, name) if value is None else value
 
     engine = replace(default.engine, **getattr(source, "engine_fields", {}))
-    if getattr(source, "policy", None) is not None:
-        engine = replace(engine, policy=source.policy)
+    for name in ("policy", "job_threads"):
+        if getattr(source, name, None) is not None:
+            engine = replace(engine, **{name: getattr(source, name)})
     return ModelOptions(llm_model=given("llm_model"), asr_model=given("asr_model"), tts=given("tts"),
                         tts_model=given("tts_model"), device=given("device"), llm_precision=given("llm_precision"),
                         torch_threads=given("torch_threads"), engine=engine)

@@ -80,12 +80,15 @@ def placement(options: ModelOptions) -> dict[str, str]:
     return {"device": device.type, "precision": precision}
 
 
-def job_threads(config: EngineConfig) -> int:
-    """Where a served engine runs its device jobs: as asked, else on a lane beside the model's steps wherever
-    there is a second core for it (measured: docs/performance.md, "Calls per device")."""
+def job_threads(config: EngineConfig, device: str) -> int:
+    """Where a served engine runs its device jobs, unless asked: on a CUDA device on a lane beside the model's
+    steps with the CPU's cores less the server's (Piper's sentences no longer stop the GPU), on a CPU between
+    the steps, where each job gets every core (measured on 2 cores, docs/performance.md "Calls per device":
+    the lane freed the API's steps but slowed Whisper and Piper, on one thread each, more than the calls
+    gained)."""
     if config.job_threads is not None:
         return config.job_threads
-    return 1 if (os.cpu_count() or 1) >= 2 else 0
+    return max(1, (os.cpu_count() or 2) - 1) if device == "cuda" else 0
 
 
 def engine_config(options: ModelOptions) -> EngineConfig:
@@ -96,7 +99,8 @@ def engine_config(options: ModelOptions) -> EngineConfig:
     check_call_policy(options.policy)
     resolve_llm(options.llm_model)
     resolve_asr(options.asr_model)
-    return replace(options.engine, **placement(options), job_threads=job_threads(options.engine))
+    placed = placement(options)
+    return replace(options.engine, **placed, job_threads=job_threads(options.engine, placed["device"]))
 
 
 def check_call_policy(name: str) -> None:

@@ -25,8 +25,12 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"scheduling policy (default {DEFAULT_POLICY}): {about}")
     parser.add_argument("--asr-model", metavar="DIR", help="CTranslate2 Whisper model directory")
     parser.add_argument("--torch-threads", type=int, metavar="N", default=None,
-                        help="torch's threads in the engine (default on a CPU: one core fewer than the machine "
-                             "has, so a busy server does not stall every step; docs/architecture.md)")
+                        help="torch's threads in the engine (default on a CPU: the cores the server and the job lane "
+                             "leave, so a busy server does not stall every step; docs/architecture.md)")
+    parser.add_argument("--job-threads", type=int, metavar="N", default=None,
+                        help="device jobs (Whisper, Piper): 0 between the model's steps, N on a lane of their own "
+                             "with N threads beside them (default: the lane on CUDA, between steps on a CPU; "
+                             "docs/performance.md, Calls per device)")
     add_llm_model_arguments(parser)
     add_tts_arguments(parser)
 

@@ -12,9 +12,10 @@ import ipaddress
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import UnionType
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 from scheduler.config import DEFAULT_POLICY
@@ -93,7 +94,8 @@ class ServeSettings:
     asr_model: str | None = None
     tts: str = "piper"
     tts_model: str | None = None
-    torch_threads: int | None = None  # None: one core fewer than the machine has, on a CPU
+    torch_threads: int | None = None  # None: the cores the server and the job lane leave, on a CPU
+    job_threads: int | None = None  # device jobs: 0 between model steps, N on a lane of N threads; None: per device
 
     def limits(self) -> Limits:
         return Limits(max_calls=self.max_calls, text_max_tokens=self.text_max_tokens,
@@ -146,8 +148,16 @@ class ServeSettings:
                                                max_batch_seqs=self.max_batch_seqs))
 
 
-MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "device", "asr_model", "tts", "tts_model", "torch_threads")
-FIELD_TYPES = {f.name: type(f.default) if f.default is not None else str for f in fields(ServeSettings)}
+def _field_type(hint: Any) -> type:
+    """What a setting's text or TOML value becomes: `int | None` an int, `tuple[str, ...]` a tuple."""
+    if get_origin(hint) in (Union, UnionType):
+        hint = next(arg for arg in get_args(hint) if arg is not type(None))
+    return get_origin(hint) or hint
+
+
+MODEL_FIELDS = ("policy", "llm_model", "llm_precision", "device", "asr_model", "tts", "tts_model", "torch_threads",
+                "job_threads")
+FIELD_TYPES = {name: _field_type(hint) for name, hint in get_type_hints(ServeSettings).items()}
 
 
 def _at_least_one(value: int) -> None:
@@ -254,6 +264,7 @@ def _knob(name: str) -> Callable[[int], None]:
 CHECKS: dict[str, Callable[[Any], None]] = {
     "host": _not_empty, "port": _port, "max_calls": _at_least_one, "ttfa_deadline": _positive,
     "text_max_tokens": _at_least_one, "max_text_requests": _at_least_one, "torch_threads": _at_least_one,
+    "job_threads": _not_negative,
     "max_batch_tokens": _knob("max_batch_tokens"), "max_batch_seqs": _knob("max_batch_seqs"),
     "api_key": _not_empty, "allow_origins": _origins, "ssl_certfile": _not_empty, "ssl_keyfile": _not_empty,
     "max_tokens": _at_least_one, "temperature": _not_negative, "drain_s": _not_negative,
