@@ -231,7 +231,8 @@ class ClientOutput(Stage):
     async def _stop_audio(self, turn: Turn, now: float, why: str) -> None:
         """The turn's audio still queued for the caller is dropped (and counted unheard)."""
         if self._audible is turn:
-            self.metrics.unheard.labels(why).inc(self.clock.buffered(now))
+            if buffered := self.clock.buffered(now):
+                self.metrics.unheard.labels(why).inc(buffered)
             await self._clear_playback(turn, now)
 
     async def _clear_playback(self, turn: Turn, now: float) -> None:
