@@ -254,11 +254,11 @@ async def test_realtime_work_lost_to_a_killed_engine_goes_on_once_it_is_back(pro
     speculative reply's); a text request fails at once, as before."""
     await until_alive(process_engine)
     whole = core_tokens([PROMPTS[2]])[0]
-    reply = process_engine.generate(PROMPTS[2], greedy(12), cls=RequestClass.REALTIME)
     text = process_engine.generate(PROMPTS[1], greedy(10_000))
-    tokens = [out.token_id async for out in _until_tokens(reply, 4)]
     await anext(text)
-    os.kill(process_engine.pid, signal.SIGKILL)
+    reply = process_engine.generate(PROMPTS[2], greedy(12), cls=RequestClass.REALTIME)
+    tokens = [out.token_id async for out in _until_tokens(reply, 4)]
+    os.kill(process_engine.pid, signal.SIGKILL)  # at once: the reply has most of its tokens to go
     while process_engine.alive:
         await asyncio.sleep(0.01)
     last = [out async for out in text][-1]
@@ -271,7 +271,8 @@ async def test_realtime_work_lost_to_a_killed_engine_goes_on_once_it_is_back(pro
         if out.token_id is not None:
             tokens.append(out.token_id)
         assert not (out.finish_reason or "").startswith("error"), out
-    assert process_engine.alive and tokens == whole  # continued where it was, on the new engine
+    await until_alive(process_engine)  # a reply that ended before the kill took effect does not wait for it
+    assert tokens == whole  # continued where it was, on the new engine
     assert await asyncio.wait_for(job, 30) == ["still here"] and await timed == ["timed"]
     assert (await settled(process_engine))["requests"] == 0
 
