@@ -215,6 +215,14 @@ class Playout(Feedback):
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyEnded(Feedback):
+    """The client heard that a response ended (its `response.done` went out): what waited for the reply under
+    way to end may go on."""
+
+    turn: Turn
+
+
+@dataclass(frozen=True, slots=True)
 class PlayoutCut(Feedback):
     """The caller dropped its queued reply audio at `at`: nothing after it played."""
 

@@ -1,6 +1,7 @@
 """The LLM stage: writes the replies turn-taking asks for, and owns the conversation."""
 
 import asyncio
+import contextlib
 import itertools
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from voicepipe.pipeline.events import (
     Paced,
     PlaybackPaused,
     Played,
+    ReplyEnded,
     SpeechStarted,
     TranscriptFinal,
     TurnConfirmed,
@@ -48,7 +50,6 @@ from voicepipe.pipeline.tool_wait import ToolWait
 from voicepipe.pipeline.turn import Carried, Mark, Turn
 from voicepipe.pipeline.verdicts import DropSpeculation, Probed, Speculate, TurnEnded
 
-FOLD_IN_POLL_S = 0.05  # how often a landed call left running looks for the reply under way to end
 VERDICTS = TurnEnded | Speculate | DropSpeculation  # turn-taking's, for this stage alone
 ACTED_ON = VERDICTS | BargeInResolved | IdleTimedOut  # passed on by their handlers, if at all
 
@@ -80,6 +81,7 @@ class LLMStage(Stage):
         self.keypad = Keypad(self.spawn, self._keyed)
         self._speculated = ""  # the caller's words a reply begun ahead answers
         self._hearing: set[str] = set()  # the caller's utterances begun and not yet transcribed
+        self._changed = asyncio.Event()  # an event came or a reply ended: what waits for quiet looks again
         self._handlers = {SpeechStarted: self._speech_started, DropSpeculation: self._drop_speculation,
                           Speculate: self._speculate, TurnEnded: self._turn_ended, BargeInResolved: self._resolved,
                           CancelRequested: self._cancel_requested, TruncateRequested: self.items.truncate,
@@ -106,6 +108,7 @@ class LLMStage(Stage):
             handle(event)
         if isinstance(event, BargeInResolved):  # after the cancel it causes, as the output stage expects
             self.emit(event)
+        self._changed.set()
 
     async def feedback(self, event: Feedback) -> bool:
         if isinstance(event, Played):
@@ -114,6 +117,9 @@ class LLMStage(Stage):
             return True
         if isinstance(event, Paced):
             self.replies.paced(event)
+            return True
+        if isinstance(event, ReplyEnded):
+            self._changed.set()
             return True
         if isinstance(event, PlaybackPaused):
             self.items.paused(event)
@@ -175,11 +181,16 @@ class LLMStage(Stage):
         result and answers with it. An utterance never transcribed holds it up for the longest one at most."""
         if carried.running is not None:
             await asyncio.wait([carried.running])
-        waited_for_caller = 0.0
+        heard_for = 0.0  # how long the caller has been speaking meanwhile
         while self.replies.answering or self.replies.speculating or (
-                self._hearing and waited_for_caller < self.config.max_utterance_s):
-            waited_for_caller += FOLD_IN_POLL_S if self._hearing else 0.0
-            await asyncio.sleep(FOLD_IN_POLL_S)
+                self._hearing and heard_for < self.config.max_utterance_s):
+            replying, hearing, since = self.replies.answering or self.replies.speculating, bool(self._hearing), \
+                time.monotonic()
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):  # the caller's allowance ran out
+                await asyncio.wait_for(self._changed.wait(),
+                                       None if replying else self.config.max_utterance_s - heard_for)
+            heard_for += time.monotonic() - since if hearing else 0.0
         self._reply(None, time.monotonic(), carried=carried)
 
     def _speech_started(self, event: SpeechStarted) -> None:

@@ -18,6 +18,7 @@ from voicepipe.pipeline.events import (
     Played,
     Playout,
     PlayoutCut,
+    ReplyEnded,
     ResponseCreated,
     SpeechStarted,
     Truncated,
@@ -253,6 +254,7 @@ class ClientOutput(Stage):
 
     async def _finish(self, turn: Turn, reply: Reply, status: str, reason: str | None = None) -> None:
         turn.finished = True
+        self.emit_upstream(ReplyEnded(turn))
         turn.mark(Mark.DONE)
         first_audio = turn.timings.get(Mark.FIRST_AUDIO)
         met: bool | None = None
