@@ -77,7 +77,7 @@ class EngineConfig:
     precision: Precision | None = "fp32"
     # Device jobs (ASR passes, TTS sentences): 0 runs them between model steps on the engine's thread; n >= 1
     # on a lane of their own beside the steps, their runtimes then sized to n threads (scheduler.job_lane).
-    # None: 0 in an engine built directly; the server makes it 1 where it has two cores or more.
+    # None: 0 in an engine built directly; the server resolves it per device (voicepipe.backends.loading).
     job_threads: int | None = None
     # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to
     # leave the model where it was loaded.

@@ -8,7 +8,7 @@ model's own work) or on a lane of their own beside the steps, each runtime sized
 (`scheduler.job_lane`, `EngineConfig.job_threads`).
 
 The core is synchronous, like nano-vllm's: one thread plans and runs the steps, commands go in between
-steps (a job submitted during a step starts on the lane when that step ends), and each step leaves its
+steps (a job that comes while the lane is idle starts when the step in flight ends), and each step leaves its
 outputs (tokens and job results) in `outputs` for whoever drives it to take. Two drivers exist
 (`scheduler.channel.client`): a thread beside the caller's event loop, and a process of its own.
 """

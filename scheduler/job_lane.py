@@ -17,10 +17,9 @@ from typing import Protocol
 
 from scheduler.jobs import Job, JobHandler, JobResult
 
+log = logging.getLogger(__name__)
 Batch = tuple[list[Job], JobHandler]
 Refill = Callable[[], Batch | None]  # the next batch waiting, taken off the queue; None when none waits
-
-log = logging.getLogger(__name__)
 Timer = Callable[[], float]
 
 

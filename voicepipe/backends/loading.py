@@ -33,6 +33,7 @@ DEFAULT_PRECISION = "int4"
 CUDA_PRECISION = "bf16"
 PRECISIONS = ("fp32", "int8", "int4", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
+BETWEEN_STEPS_THREADS = 2  # each job runtime's threads when jobs run between model steps
 ASR_BATCH = 8  # final passes per job: more would hold the device longer than one realtime step should
 # The job kinds a call's pipeline submits (the metrics' `kind` label).
 ASR_PARTIAL, ASR_FINAL, TTS_SENTENCE, WARM_UP = "asr_partial", "asr_final", "tts", "warm_up"
@@ -131,13 +132,18 @@ def load_voice_models(options: ModelOptions, config: EngineConfig) -> tuple[ASR,
     from voicepipe.backends.asr_whisper import WhisperASR
     from voicepipe.backends.tts_select import make_tts
 
-    threads = {"threads": config.job_threads} if config.job_threads else {}
+    threads = job_runtime_threads(config)
     phase("loading the TTS voice")
-    tts = make_tts(options.tts, options.tts_model, **threads)
+    tts = make_tts(options.tts, options.tts_model, threads)
     phase("loading Whisper")
     placed = {"device": "cuda", "compute_type": "float16"} if config.device == "cuda" else {}
-    asr = WhisperASR(options.asr_model, **placed, **({"cpu_threads": config.job_threads} if threads else {}))
+    asr = WhisperASR(options.asr_model, **placed, cpu_threads=threads)
     return asr, tts
+
+
+def job_runtime_threads(config: EngineConfig) -> int:
+    """The threads each job runtime (CTranslate2, onnxruntime) gets: the lane's, or two between steps."""
+    return config.job_threads or BETWEEN_STEPS_THREADS
 
 
 def device_jobs(asr: ASR, tts: TTS) -> dict[str, "JobHandler"]:

@@ -48,13 +48,14 @@ SENTENCE = "The lighthouse keeper counted every step on the way up, and listened
 
 
 def voiced_engine(config: EngineConfig, torch_threads: int | None = None) -> tuple[Engine, dict]:
-    """The embedded LLM with a `tts` job (the embedded Piper voice, sized to the job lane's threads, else
-    to its default two), as the engine process's factory."""
+    """The embedded LLM with a `tts` job (the embedded Piper voice, sized as a served engine sizes it), as
+    the engine process's factory."""
     from scheduler.jobs import JobHandler
+    from voicepipe.backends.loading import job_runtime_threads
     from voicepipe.backends.tts_piper import PiperTTS
 
     engine, info = llm_engine(config, torch_threads)
-    tts = PiperTTS(threads=config.job_threads or 2)
+    tts = PiperTTS(threads=job_runtime_threads(config))
     engine.handlers["tts"] = JobHandler(lambda text: sum(len(chunk) for chunk in tts.synthesize(text)))
     return engine, info
 

@@ -184,8 +184,8 @@ class LLMStage(Stage):
         heard_for = 0.0  # how long the caller has been speaking meanwhile
         while self.replies.answering or self.replies.speculating or (
                 self._hearing and heard_for < self.config.max_utterance_s):
-            replying, hearing, since = self.replies.answering or self.replies.speculating, bool(self._hearing), \
-                time.monotonic()
+            replying = self.replies.answering or self.replies.speculating
+            hearing, since = bool(self._hearing), time.monotonic()
             self._changed.clear()
             with contextlib.suppress(TimeoutError):  # the caller's allowance ran out
                 await asyncio.wait_for(self._changed.wait(),
