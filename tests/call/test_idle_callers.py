@@ -7,7 +7,8 @@ import base64
 import numpy as np
 import pytest
 from support.fake_call import Call
-from support.fake_transport import QueueTransport
+from support.fake_transport import QueueTransport, native
+from support.fake_transport import realtime as realtime_line
 from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 
 from voicepipe.call.limits import Limits
@@ -16,7 +17,6 @@ from voicepipe.call.session import Session
 from voicepipe.pipeline.detection import TurnDetection, check_update
 from voicepipe.pipeline.events import IdleTimedOut
 from voicepipe.protocol import ClientEvent, ServerEvent
-from voicepipe.server.realtime import RealtimeDialect
 from voicepipe.turns.idle import IdleSpan, IdleWatch
 
 QUESTION = "What is the capital of France?"
@@ -60,7 +60,7 @@ async def serve(realtime: bool = False):
     engine = FakeEngine(FakeTokenizer(), {QUESTION: "Paris."}, asr=FakeASR(""), tts=FakeTTS())
     runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000)
     client = QueueTransport()
-    line = RealtimeDialect(client, runtime, Limits().max_message_bytes) if realtime else client
+    line = realtime_line(client, runtime) if realtime else native(client)
     call = Session(line, runtime, Limits())
     return client, engine, asyncio.create_task(call.run())
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 from support.fake_transport import QueueTransport
+from support.fake_transport import realtime as realtime_line
 from support.fakes import FakeASR, FakeEngine, FakeTTS
 
 from voicepipe.call.limits import Limits
@@ -20,7 +21,6 @@ from voicepipe.protocol import ClientEvent, ServerEvent
 from voicepipe.server.heap import freeze_heap, thaw_heap
 from voicepipe.server.loop_lag import LoopLag
 from voicepipe.server.metrics import call_metrics
-from voicepipe.server.realtime import RealtimeDialect
 
 MAX_PROMPT = 2048
 
@@ -63,7 +63,7 @@ async def realtime_call(tokenizer: CountingTokenizer, limits: Limits):
     engine = FakeEngine(tokenizer, asr=FakeASR(""), tts=FakeTTS())
     runtime = Runtime(engine, tokenizer, "fake-model", 16000, 16000)
     client = QueueTransport()
-    call = Session(RealtimeDialect(client, runtime, limits.max_message_bytes), runtime, limits)
+    call = Session(realtime_line(client, runtime, limits), runtime, limits)
     served = asyncio.create_task(call.run())
     try:
         await client.until(ServerEvent.SESSION_CREATED)

@@ -6,14 +6,14 @@ import base64
 import json
 from contextlib import asynccontextmanager
 
-from support.fake_transport import QueueTransport
+from support.fake_transport import QueueTransport, native
+from support.fake_transport import realtime as realtime_line
 from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
 from voicepipe.protocol import ClientEvent, ServerEvent
-from voicepipe.server.realtime import RealtimeDialect
 
 QUESTION, REPLY = "What is the capital of France?", "Paris is the capital of France."
 TEXT_ITEM = {"type": ClientEvent.ITEM_CREATE,
@@ -27,7 +27,7 @@ async def session(limits: Limits | None = None, realtime: bool = False):
     runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000)
     limits = limits or Limits()
     client = QueueTransport()
-    line = RealtimeDialect(client, runtime, limits.max_message_bytes) if realtime else client
+    line = realtime_line(client, runtime, limits) if realtime else native(client, limits)
     call = Session(line, runtime, limits)
     served = asyncio.create_task(call.run())
     try:

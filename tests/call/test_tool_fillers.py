@@ -5,7 +5,7 @@ and a Session, with the client's function taking 1.5 s."""
 import asyncio
 import time
 
-from support.fake_transport import QueueTransport
+from support.fake_transport import QueueTransport, native
 from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 
 from voicepipe.call.limits import Limits
@@ -39,7 +39,7 @@ async def test_a_slow_function_gets_a_filler_then_the_answer_and_the_next_call_i
                         tts=FakeTTS())
     runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000)
     client = QueueTransport()
-    session = Session(client, runtime, Limits())
+    session = Session(native(client), runtime, Limits())
     served = asyncio.create_task(session.run())
     stage = next(s for s in session.pipeline.stages if isinstance(s, LLMStage))
     try:
@@ -71,7 +71,7 @@ async def test_a_slow_function_gets_a_filler_then_the_answer_and_the_next_call_i
         await asyncio.wait_for(served, 5)
     # Another call of the server: the function's time is known, and its filler's audio was kept.
     client = QueueTransport()
-    served = asyncio.create_task(Session(client, runtime, Limits()).run())
+    served = asyncio.create_task(Session(native(client), runtime, Limits()).run())
     try:
         await client.until(ServerEvent.SESSION_CREATED)
         client.put({"type": ClientEvent.SESSION_UPDATE, "session": {"tools": [LOOKUP]}}, *ASK)

@@ -10,12 +10,12 @@ import warnings
 import numpy as np
 import pytest
 from support.fake_transport import QueueTransport
+from support.fake_transport import realtime as realtime_line
 from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
-from voicepipe.server.realtime import RealtimeDialect
 from voicepipe.wire_audio import PCMA, PCMU
 
 with warnings.catch_warnings():  # deprecated, and gone in Python 3.13: the reference here, nowhere else
@@ -50,7 +50,7 @@ async def phone_call(beta: bool = False):
     engine = FakeEngine(FakeTokenizer(), {}, asr=FakeASR(""), tts=FakeTTS())
     runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, FakeTTS.sample_rate)
     client = QueueTransport()
-    session = Session(RealtimeDialect(client, runtime, Limits().max_message_bytes, beta=beta), runtime, Limits())
+    session = Session(realtime_line(client, runtime, beta=beta), runtime, Limits())
     return client, asyncio.create_task(session.run())
 
 

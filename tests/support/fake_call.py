@@ -13,11 +13,12 @@ import numpy as np
 
 from support.fakes import FakeASR, FakeEngine, FakeTokenizer, FakeTTS
 from voicepipe.call.limits import Limits
+from voicepipe.call.native_serializer import NativeSerializer
 from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
 from voicepipe.mcp_servers import McpPolicy
 from voicepipe.pipeline import CallConfig, Conversation
-from voicepipe.pipeline.events import SpeechAudio, SpeechPaused, SpeechStarted, SpeechStopped
+from voicepipe.pipeline.events import Event, SpeechAudio, SpeechPaused, SpeechStarted, SpeechStopped
 
 QUESTION = "What is the capital of France?"
 REPLY = "Paris is the capital of France. It is a big city with many museums."
@@ -25,13 +26,14 @@ SECOND = 16000
 
 
 class Client:
-    """What the caller received."""
+    """What the caller received, as the native protocol reads it."""
 
     def __init__(self) -> None:
         self.messages: list[dict | bytes] = []
+        self.serializer = NativeSerializer(Limits().max_message_bytes)
 
-    async def send(self, *messages: dict | bytes) -> None:
-        self.messages.extend(messages)
+    async def send(self, *events: Event) -> None:
+        self.messages.extend(m for event in events for m in self.serializer.render(event))
 
     def kinds(self) -> list[str]:
         return [m["type"] for m in self.messages if isinstance(m, dict)]

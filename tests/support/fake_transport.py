@@ -1,11 +1,16 @@
-"""A client's end of a call held in memory: a `Transport` for driving a `Session` or a dialect without a
-socket, so their edge cases run in milliseconds."""
+"""A client's end of a call held in memory: a websocket `Line` for driving a `Session` in a wire format
+without a socket, so their edge cases run in milliseconds."""
 
 import asyncio
 import json
 import time
 
+from voicepipe.call.limits import Limits
+from voicepipe.call.native_serializer import NativeSerializer
+from voicepipe.call.runtime import Runtime
+from voicepipe.call.transport import SerializedLine
 from voicepipe.protocol.transport import Disconnected
+from voicepipe.server.realtime import RealtimeSerializer
 
 GONE = object()
 
@@ -20,8 +25,8 @@ class QueueTransport:
         self.closed: tuple[int, str] | None = None
         self._arrived = asyncio.Event()
 
-    # -- the Transport the server sees -------------------------------------------------------------------
-    async def recv(self) -> str | bytes | dict:
+    # -- the Line the server sees ------------------------------------------------------------------------
+    async def recv(self) -> str | bytes:
         message = await self.inbox.get()
         if message is GONE:
             raise Disconnected
@@ -61,3 +66,14 @@ class QueueTransport:
             except TimeoutError:
                 pass
         return self.events(kind)[count - 1]
+
+
+def native(client: QueueTransport, limits: Limits | None = None) -> SerializedLine:
+    """`client` as a session's transport speaking the native protocol."""
+    return SerializedLine(client, NativeSerializer((limits or Limits()).max_message_bytes))
+
+
+def realtime(client: QueueTransport, runtime: Runtime, limits: Limits | None = None, beta: bool = False
+             ) -> SerializedLine:
+    """`client` as a session's transport speaking the Realtime API (the beta where asked)."""
+    return SerializedLine(client, RealtimeSerializer(runtime, (limits or Limits()).max_message_bytes, beta))

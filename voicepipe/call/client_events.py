@@ -4,6 +4,7 @@ with a `ClientError` that says what is wrong in a word (`code`) and where (`para
 
 import base64
 import binascii
+import json
 import time
 from typing import Any
 
@@ -26,7 +27,7 @@ from voicepipe.pipeline.requests import (
     SessionUpdate,
     TruncateRequested,
 )
-from voicepipe.protocol.server_events import error, function_call_item, function_call_output_item
+from voicepipe.protocol.server_events import function_call_item, function_call_output_item
 
 MAX_TEXT = 8000  # characters of instructions, of a message or of a function's output
 MAX_METADATA = 16  # pairs, as OpenAI's
@@ -35,11 +36,12 @@ NO_MCP = McpPolicy()  # no server configured, no address allowed
 
 
 class ClientError(ValueError):
-    """A client event refused; nothing of it was applied."""
+    """A client event refused; nothing of it was applied. `event_id` names the event when the client gave it
+    one and it is known where the error is raised (else the session adds the one it is handling)."""
 
-    def __init__(self, message: str, code: str, param: str | None = None) -> None:
+    def __init__(self, message: str, code: str, param: str | None = None, event_id: str | None = None) -> None:
         super().__init__(message)
-        self.code, self.param = code, param
+        self.code, self.param, self.event_id = code, param, event_id
 
 
 def event_id_of(event: Any) -> str | None:
@@ -48,13 +50,24 @@ def event_id_of(event: Any) -> str | None:
     return cause if isinstance(cause, str) and len(cause) <= 64 else None
 
 
-def too_large(message: str | bytes, limit: int) -> dict | None:
-    """The error for a client message of more than `limit` bytes (None when it is within it): checked
-    before a message is parsed, by whoever parses it first."""
+def check_size(message: str | bytes, limit: int) -> None:
+    """ClientError for a client message of more than `limit` bytes: checked before it is parsed."""
     size = len(message) if isinstance(message, bytes) else len(message.encode())
-    if size <= limit:
-        return None
-    return error("message_too_large", f"a message of {size} bytes is over the limit of {limit}")
+    if size > limit:
+        raise ClientError(f"a message of {size} bytes is over the limit of {limit}", "message_too_large")
+
+
+def json_event(message: str, limit: int) -> dict:
+    """A client's text message as the JSON object it must be (ClientError: too large, not JSON, not an
+    object)."""
+    check_size(message, limit)
+    try:
+        event = json.loads(message)
+    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser goes
+        raise ClientError(f"the message is not valid JSON ({type(e).__name__}: {e})", "invalid_json") from None
+    if not isinstance(event, dict):
+        raise ClientError("an event must be a JSON object with a string 'type'", "invalid_event")
+    return event
 
 
 def audio_bytes(event: dict) -> bytes:

@@ -15,9 +15,9 @@ from voicepipe.constrained.tools import Tool
 from voicepipe.ids import new_id
 from voicepipe.mcp_servers import ServerSpec, Toolbox
 from voicepipe.pipeline import CallConfig
-from voicepipe.pipeline.events import Event
+from voicepipe.pipeline.events import Error, Event
+from voicepipe.pipeline.outbound import McpListing
 from voicepipe.pipeline.requests import ResponseRequested, SessionUpdate, ToolsListed
-from voicepipe.protocol import server_events
 
 
 class McpListings:
@@ -82,7 +82,7 @@ class McpListings:
             if self.toolbox.spec(spec.label) == spec and spec.label in self._listed:
                 offered += [t for t in self._listed[spec.label] if t.name not in {o.name for o in offered}]
             elif spec.label in the_sessions:
-                await self._send(server_events.error(
+                await self._send(Error(
                     "invalid_response", f"MCP server label {spec.label!r} already names another server in this "
                     "session", event_id=cause, param="response.tools"))
                 return
@@ -92,7 +92,7 @@ class McpListings:
             await self._compile(offered, own.choice, "response")
         except (ValueError, ClientError) as e:
             code, param = (e.code, e.param) if isinstance(e, ClientError) else ("invalid_response", None)
-            await self._send(server_events.error(code, str(e), event_id=cause, param=param))
+            await self._send(Error(code, str(e), event_id=cause, param=param))
             return
         self._push(replace(request, tools=replace(own, tools=tuple(offered), servers=())))
 
@@ -102,7 +102,7 @@ class McpListings:
         choice), the grammar that calls them beside those is compiled now. None: it failed, and the client
         has heard why."""
         item_id = new_id("mcpl")
-        await self._send(*server_events.mcp_listing(item_id, spec.label, None))
+        await self._send(McpListing(item_id, spec.label))
         listed = await self.toolbox.connect(spec, taken)
         failure = listed.error
         if failure is None and listed.tools and compile_with is not None:
@@ -114,8 +114,8 @@ class McpListings:
         if failure is not None:
             self._listed.pop(spec.label, None)
             await self.toolbox.drop(spec.label)
-            await self._send(*server_events.mcp_listing(item_id, spec.label, None, failure))
+            await self._send(McpListing(item_id, spec.label, None, failure))
             return None
         self._listed[spec.label] = listed.tools
-        await self._send(*server_events.mcp_listing(item_id, spec.label, listed.described))
+        await self._send(McpListing(item_id, spec.label, listed.described))
         return listed.tools

@@ -2,7 +2,6 @@
 
 import asyncio
 import copy
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
@@ -16,6 +15,7 @@ from voicepipe.call.limits import Limits
 from voicepipe.call.mcp_listings import McpListings
 from voicepipe.call.pipeline import build_pipeline
 from voicepipe.call.runtime import Runtime
+from voicepipe.call.transport import Inbound, Transport
 from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
 from voicepipe.constrained.tools import Tool
@@ -23,7 +23,8 @@ from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.ids import new_id
 from voicepipe.mcp_servers import McpPolicy, Toolbox
 from voicepipe.pipeline import CallConfig, Conversation
-from voicepipe.pipeline.events import Event
+from voicepipe.pipeline.events import Error, Event
+from voicepipe.pipeline.outbound import SessionDescribed, StatsReported
 from voicepipe.pipeline.output import ClientOutput
 from voicepipe.pipeline.requests import (
     CancelRequested,
@@ -32,8 +33,8 @@ from voicepipe.pipeline.requests import (
     SessionUpdate,
 )
 from voicepipe.pipeline.turn_metrics import turn_metrics
-from voicepipe.protocol import ClientEvent, ServerEvent, server_events
-from voicepipe.protocol.transport import Disconnected, Transport
+from voicepipe.protocol import ClientEvent
+from voicepipe.protocol.transport import Disconnected
 
 log = logging.getLogger(__name__)
 # Client events with nothing to check: the request each makes, given the event's id.
@@ -47,7 +48,7 @@ STATS_INTERVAL_S = 0.5
 
 
 class Session:
-    """One websocket client and the pipeline answering it.
+    """One client and the pipeline answering it.
 
     Every malformed message gets an `error` event and the call goes on. When the client goes away, the
     pipeline's tasks are cancelled (which aborts the turn's LLM request and skips its unstarted jobs) and
@@ -89,7 +90,7 @@ class Session:
         stats = asyncio.create_task(self._send_stats())
         log.info("call %s started", self.id)
         try:
-            await self.send(server_events.session_event(ServerEvent.SESSION_CREATED, self.describe()))
+            await self.send(SessionDescribed(self.describe(), created=True))
             await self._receive()
         finally:
             stats.cancel()
@@ -114,13 +115,13 @@ class Session:
             await self._handle(message)
             await asyncio.sleep(0)  # a transport with a burst buffered returns at once: let the rest of the loop run
 
-    async def send(self, *messages: dict | bytes) -> None:
-        """Send JSON events and binary frames together (an audio.delta stays next to its frame); a client
-        that has gone is noticed by the receiving loop, so a failed send is dropped here."""
+    async def send(self, *events: Event) -> None:
+        """Tell the client of `events` together, in order; a client that has gone is noticed by the
+        receiving loop, so a failed send is dropped here."""
         async with self._send_lock:
-            for message in messages:
+            for event in events:
                 try:
-                    await self.transport.send(message)
+                    await self.transport.send(event)
                 except Disconnected:
                     return
 
@@ -131,26 +132,15 @@ class Session:
 
     async def error(self, code: str, message: str) -> None:
         """An error caused by the client event being handled (its `event_id` goes back with it)."""
-        await self.send(server_events.error(code, message, event_id=self._cause))
+        await self.send(Error(code, message, event_id=self._cause))
 
     # -- client messages -------------------------------------------------------------------------------------
-    async def _handle(self, message: str | bytes | dict) -> None:
-        """One client message: audio, an event as text, or an event a dialect already parsed (and whose
-        size it checked)."""
-        if not isinstance(message, dict):
-            refused = client_events.too_large(message, self.limits.max_message_bytes)
-            if refused is not None:
-                await self.send(refused)
-                return
+    async def _handle(self, message: Inbound) -> None:
+        """One client message, as the transport read it: audio, or an event."""
         if isinstance(message, bytes):
             await self._audio(message)
             return
-        try:
-            event = message if isinstance(message, dict) else json.loads(message)
-        except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser goes
-            await self.error("invalid_json", f"the message is not valid JSON ({type(e).__name__}: {e})")
-            return
-        kind = event.get("type") if isinstance(event, dict) else None
+        event, kind = message, message.get("type")
         self._cause = client_events.event_id_of(event)
         try:
             await self._dispatch(kind, event)
@@ -161,7 +151,7 @@ class Session:
         try:
             request = await self._request(kind, event)
         except client_events.ClientError as e:
-            await self.send(server_events.error(e.code, str(e), event_id=self._cause, param=e.param))
+            await self.send(Error(e.code, str(e), event_id=self._cause, param=e.param))
             return
         if request is not None:
             self.pipeline.push(request)
@@ -286,7 +276,7 @@ class Session:
                 stats = await page_stats(self.runtime)
             except EngineUnavailable:
                 continue  # restarting: the page hears again when it is back
-            await self.send(server_events.scheduler_stats({**stats, "audio_input": self.audio_state()}))
+            await self.send(StatsReported({**stats, "audio_input": self.audio_state()}))
 
     def audio_state(self) -> dict:
         """This call's audio front end as the page shows it: what runs, and the echo it removed (dB)."""

@@ -8,6 +8,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -16,12 +17,14 @@ from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
 from voicepipe.pipeline import CallConfig
+from voicepipe.pipeline.events import Event, TextDelta, TranscriptFinal
+from voicepipe.pipeline.outbound import AudioSent, ResponseDone
 from voicepipe.pipeline.turn import Mark
-from voicepipe.protocol import ServerEvent
 from voicepipe.protocol.transport import Disconnected
 
 FRAME = SAMPLE_RATE // 50  # 20 ms, as a microphone sends
 TRAILING_SILENCE_S = 2.0  # enough for the endpointer to hear the end of the question
+E = TypeVar("E", bound=Event)
 
 
 @dataclass
@@ -46,7 +49,7 @@ class Recording:
     def __init__(self, audio: np.ndarray) -> None:
         pcm = to_pcm16(np.concatenate([audio, np.zeros(int(TRAILING_SILENCE_S * SAMPLE_RATE), np.float32)]))
         self._frames = deque(pcm[i:i + FRAME].tobytes() for i in range(0, len(pcm), FRAME))
-        self.events: list[dict] = []
+        self.events: list[Event] = []
         self.audio: list[np.ndarray] = []
         self.over = asyncio.Event()
 
@@ -57,19 +60,19 @@ class Recording:
         await self.over.wait()
         raise Disconnected()
 
-    async def send(self, message: dict | bytes) -> None:
-        if isinstance(message, bytes):
-            self.audio.append(np.frombuffer(message, "<i2"))
+    async def send(self, event: Event) -> None:
+        if isinstance(event, AudioSent):
+            self.audio.append(event.pcm)
             return
-        self.events.append(message)
-        if message["type"] == ServerEvent.RESPONSE_DONE:
+        self.events.append(event)
+        if isinstance(event, ResponseDone):
             self.over.set()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self.over.set()
 
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["type"] == kind]
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind)]
 
 
 async def run_turn(runtime: Runtime, wav_path: str | Path, config: CallConfig | None = None,
@@ -81,12 +84,12 @@ async def run_turn(runtime: Runtime, wav_path: str | Path, config: CallConfig | 
         await asyncio.wait_for(session.run(), timeout_s)
     except TimeoutError:
         pass
-    heard = line.of(ServerEvent.TRANSCRIPT_COMPLETED)
-    answer = "".join(e["delta"] for e in line.of(ServerEvent.RESPONSE_TEXT_DELTA))
-    done = line.of(ServerEvent.RESPONSE_DONE)
+    heard = line.of(TranscriptFinal)
+    answer = "".join(e.text for e in line.of(TextDelta))
+    done = line.of(ResponseDone)
     audio = np.concatenate(line.audio) if line.audio else np.zeros(0, np.int16)
-    return TurnResult(" ".join(e["transcript"] for e in heard).strip(), answer.strip(), audio,
-                      runtime.tts_rate, stage_timings(done[-1]["response"]["timings"] if done else {}))
+    return TurnResult(" ".join(e.text for e in heard).strip(), answer.strip(), audio,
+                      runtime.tts_rate, stage_timings(done[-1].details["timings"] if done else {}))
 
 
 def stage_timings(timings: dict[str, float]) -> dict[str, float | None]:

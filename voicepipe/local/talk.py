@@ -1,8 +1,9 @@
 """`voicepipe talk`: one call through this machine's microphone and speakers instead of a websocket.
 
 The call is an ordinary `Session`, with the pipeline, barge-in and events of a websocket call; a
-`LocalLine` stands in for the websocket. What the microphone hears is what the line receives; the events
-the session sends are printed as they stream, and the reply audio goes into a ring buffer that the
+`LocalLine` stands in for the websocket (in this process, it reads the session's events as they are, with
+no wire format between). What the microphone hears is what the line receives; the events the session sends
+are printed as they stream, and the reply audio goes into a ring buffer that the
 speaker's callback drains. Both callbacks run on PortAudio's threads and only copy samples.
 
 Both streams run at their device's own rate, resampled here to and from the call's rates, so no device
@@ -29,7 +30,8 @@ from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.local.devices import Devices, NoAudioDevice, portaudio
 from voicepipe.local.playback import PlaybackBuffer
 from voicepipe.pipeline import CallConfig
-from voicepipe.protocol import ServerEvent
+from voicepipe.pipeline.events import Error, Event, ResponseCreated, TextDelta, TranscriptFinal
+from voicepipe.pipeline.outbound import AudioEnded, AudioSent, PlaybackCleared, ResponseDone, SessionDescribed
 from voicepipe.protocol.transport import Disconnected
 
 FRAME_S = 0.02  # microphone frames of 20 ms, as the browser client sends them
@@ -102,37 +104,36 @@ class LocalLine:
             raise Disconnected()
         return frame
 
-    async def send(self, message: dict | bytes) -> None:
-        if isinstance(message, bytes):
-            self.playback.write(self._to_speaker(np.frombuffer(message, "<i2")))
+    async def send(self, event: Event) -> None:
+        if isinstance(event, AudioSent):
+            self.playback.write(self._to_speaker(event.pcm))
         else:
-            self.show(message)
+            self.show(event)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         self._incoming.put_nowait(None)
 
     # -- the terminal ----------------------------------------------------------------------------------------
-    def show(self, event: dict) -> None:
-        """Act on one event of the protocol: print what was heard and answered, drop audio on a barge-in."""
-        kind = event["type"]
-        if kind == ServerEvent.PLAYBACK_CLEARED:
+    def show(self, event: Event) -> None:
+        """Act on one event of the session's: print what was heard and answered, drop audio on a barge-in."""
+        if isinstance(event, PlaybackCleared):
             self.playback.clear()
             self._to_speaker.clear()
-        elif kind == ServerEvent.RESPONSE_AUDIO_DONE:
+        elif isinstance(event, AudioEnded):
             self.playback.write(self._to_speaker.flush())
-        elif kind == ServerEvent.SESSION_CREATED:
+        elif isinstance(event, SessionDescribed) and event.created:
             self._print("voicepipe: listening; speak to the assistant (Ctrl+C ends the call)")
-        elif kind == ServerEvent.TRANSCRIPT_COMPLETED:
-            self._print(f"you: {event['transcript'].strip()}")
-        elif kind == ServerEvent.RESPONSE_CREATED:
+        elif isinstance(event, TranscriptFinal):
+            self._print(f"you: {event.text.strip()}")
+        elif isinstance(event, ResponseCreated):
             self._print("assistant: ", end="")
-        elif kind == ServerEvent.RESPONSE_TEXT_DELTA:
-            self._write(event["delta"].replace("\n", " "))  # a reply stays on its line
-        elif kind == ServerEvent.RESPONSE_DONE and self._midline:
-            self._write(" [interrupted]\n" if event["response"]["status"] == "cancelled" else "\n")
+        elif isinstance(event, TextDelta):
+            self._write(event.text.replace("\n", " "))  # a reply stays on its line
+        elif isinstance(event, ResponseDone) and self._midline:
+            self._write(" [interrupted]\n" if event.status == "cancelled" else "\n")
             self._midline = False
-        elif kind == ServerEvent.ERROR:
-            print(f"voicepipe: {event['error']['message']}", file=sys.stderr, flush=True)
+        elif isinstance(event, Error):
+            print(f"voicepipe: {event.message}", file=sys.stderr, flush=True)
 
     def _print(self, text: str, end: str = "\n") -> None:
         """Write `text` on a line of its own (ending a reply that is still streaming)."""

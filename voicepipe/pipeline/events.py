@@ -419,3 +419,4 @@ class Error(Event):
     message: str
     type: str = "invalid_request_error"
     event_id: str | None = None  # the client event that caused it
+    param: str | None = None  # the field of that event at fault

@@ -26,15 +26,14 @@ from voicepipe.pipeline.events import (
     TurnConfirmed,
     TurnDone,
 )
-from voicepipe.pipeline.native_messages import call_item, native_messages
+from voicepipe.pipeline.outbound import AudioEnded, AudioSent, PlaybackCleared, ResponseDone, SessionDescribed
 from voicepipe.pipeline.pacing import PlaybackClock
 from voicepipe.pipeline.requests import SessionUpdate
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Reply, Turn, waterfall
 from voicepipe.pipeline.turn_metrics import turn_metrics
-from voicepipe.protocol import ServerEvent, server_events
 
-# send(*messages): JSON events (dicts) and binary audio frames, sent together and in order.
+# send(*events): what the client is told, rendered in its wire format by the call's transport, in order.
 Send = Callable[..., Awaitable[None]]
 HangUp = Callable[[], Awaitable[None]]  # ends the call from the server's side
 MAX_FRAME_S = 2.0  # longer sentences go out in several frames, well under the usual 1 MiB message limits
@@ -52,7 +51,7 @@ class Delivered:
 
 
 class ClientOutput(Stage):
-    """Turns events into protocol messages and paces the reply audio against the caller's playback.
+    """Tells the client what it should hear of, and paces the reply audio against the caller's playback.
 
     Each audio chunk is reported upstream (`Played`, with when the caller's buffered audio will run out):
     the TTS stage works out from it when the LLM must deliver (when that audio runs out, less the time a
@@ -86,7 +85,7 @@ class ClientOutput(Stage):
         self._withheld: list[AudioOut | TurnDone] = []
         self._held: dict[Turn, list[Event]] = {}
         self._delivered: dict[Turn, Delivered] = {}  # the last RECENT_TURNS turns'
-        # The events whose sending depends on the caller's playback; the rest read as `native_messages` says.
+        # The events whose sending depends on the caller's playback; the rest go to the client as they are.
         self._own: dict[type[Event], Callable[[Any, float], Awaitable[None]]] = {
             SpeechStarted: self._speech_started, BargeIn: lambda e, now: self._pause(e.item_id, now),
             BargeInResolved: lambda e, now: self._resolve(e.real), SessionUpdate: self._session_updated,
@@ -119,19 +118,19 @@ class ClientOutput(Stage):
         own = self._own.get(type(event))
         if own is not None:
             await own(event, time.monotonic())
-        elif messages := native_messages(event):
-            await self.send(*messages)
+        else:
+            await self.send(event)
 
     async def _speech_started(self, event: SpeechStarted, now: float) -> None:
         if self._goodbye is not None:  # the caller is back before the line went dead
             self._goodbye.cancel()
             self._goodbye = None
         if event.heard:
-            await self.send(server_events.speech_started(event.item_id, event.audio_start_ms))
+            await self.send(event)
 
     async def _session_updated(self, event: SessionUpdate, now: float) -> None:
         """Every stage before has applied the update: the client hears what the session is now."""
-        await self.send(server_events.session_event(ServerEvent.SESSION_UPDATED, self.describe()))
+        await self.send(SessionDescribed(self.describe()))
 
     async def _response_created(self, event: ResponseCreated, now: float) -> None:
         turn = event.turn
@@ -139,12 +138,11 @@ class ClientOutput(Stage):
         self._delivered[turn] = Delivered()
         while len(self._delivered) > RECENT_TURNS:
             del self._delivered[next(iter(self._delivered))]
-        await self.send(server_events.response_created(turn.response_id, turn.output_item_id, event.metadata,
-                                                       turn.spoken, event.out_of_band))
+        await self.send(event)
 
     async def _turn_done(self, event: TurnDone, now: float) -> None:
         if self._delivered_of(event.turn).chunks:
-            await self.send(server_events.audio_done(event.turn.response_id))
+            await self.send(AudioEnded(event.turn))
         await self._finish(event.turn, event.reply, "completed")
         if event.turn.last and self.hang_up is not None:
             self._goodbye = self.spawn(self._hang_up_after(self.clock.playout_end))
@@ -194,8 +192,7 @@ class ClientOutput(Stage):
         self.emit_upstream(Played(turn, audio.index, audio.text, start, seconds, self.clock.playout_end, resumed,
                                   audio.ends))
         self.emit_upstream(Playout(pcm, self.sample_rate, start, audio.text))
-        delta = server_events.audio_delta(turn.response_id, turn.output_item_id, 2 * len(pcm), self.sample_rate)
-        await self.send(delta, pcm.astype("<i2", copy=False).tobytes())
+        await self.send(AudioSent(turn, pcm.astype("<i2", copy=False), self.sample_rate))
 
     async def _pause(self, item_id: str, now: float) -> None:
         """The caller spoke over the reply: stop its audio where the caller is, keep the rest for later."""
@@ -241,7 +238,7 @@ class ClientOutput(Stage):
         self._audible, self._sent = None, []
         self.clock.clear(now)
         self.emit_upstream(PlayoutCut(now))
-        await self.send(server_events.playback_cleared(turn.response_id))
+        await self.send(PlaybackCleared(turn))
 
     async def _truncated(self, event: Truncated, now: float) -> None:
         """A reply was cut off (its item says only what was heard): its audio stops; a client that asked
@@ -250,7 +247,7 @@ class ClientOutput(Stage):
             self._delivered_of(event.turn).said = event.said
         await self._stop_audio(event.turn, now, "cut")
         if event.audio_end_ms is not None:
-            await self.send(server_events.item_truncated(event.turn.output_item_id, event.audio_end_ms))
+            await self.send(event)
 
     async def _finish(self, turn: Turn, reply: Reply, status: str, reason: str | None = None) -> None:
         turn.finished = True
@@ -271,9 +268,6 @@ class ClientOutput(Stage):
                    "deadline_met": met, "underruns": delivered.underruns}
         if reason is not None:
             details["status_details"] = {"type": status, "reason": reason}
-        calls = tuple(call_item(reply, item_id, call) for item_id, call in reply.calls)
-        await self.send(server_events.response_done(turn.response_id, status, turn.output_item_id,
-                                               reply.text if delivered.said is None else delivered.said,
-                                               (reply.prompt_tokens, reply.output_tokens, reply.cached_tokens),
-                                               calls, **details))
+        await self.send(ResponseDone(turn, reply, status, reply.text if delivered.said is None else delivered.said,
+                                     details))
 

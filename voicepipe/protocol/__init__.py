@@ -1,5 +1,5 @@
-"""The call protocol: the event names (`names`), what a client sends (`client_events`), what the server
-sends (`server_events`) and the connection a session speaks over (`transport`)."""
+"""The call protocol's vocabulary: the event names (`names`), a builder for each server event of the native
+protocol (`server_events`) and a client's connection as the wire sees it (`transport`)."""
 
 from voicepipe.protocol.names import ClientEvent, ServerEvent
 

@@ -1,5 +1,6 @@
-"""A builder for each server event of the native call protocol: the sessions, the output stage, the
-Realtime dialect and the replicas' proxy all send through these."""
+"""A builder for each server event of the native call protocol: the native serializer renders the pipeline's
+events with these, the Realtime serializer those whose shape it shares, and the replicas' proxy its own
+errors."""
 
 from typing import Any
 
@@ -202,13 +203,16 @@ def response_done(response_id: str, status: str, item_id: str, text: str, usage:
     """The end of a reply: its item's final text, then its calls' items, token usage (prompt, output, and
     of the prompt's those read from the KV cache), and voicepipe's own details (timings, waterfall,
     deadline_met, underruns, status_details)."""
-    prompt, output, cached = usage
     response = {"id": response_id, "status": status,
                 "output": [{"id": item_id, "type": "message", "role": "assistant", "text": text}, *calls],
-                "usage": {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output,
-                          "input_token_details": {"cached_tokens": cached}},
-                **details}
+                "usage": token_usage(*usage), **details}
     return {"type": ServerEvent.RESPONSE_DONE, "response": response}
+
+
+def token_usage(prompt: int, output: int, cached: int) -> dict:
+    """A response's tokens: of its prompt (and of those, the ones read from the KV cache), and its output."""
+    return {"input_tokens": prompt, "output_tokens": output, "total_tokens": prompt + output,
+            "input_token_details": {"cached_tokens": cached}}
 
 
 def scheduler_stats(stats: dict) -> dict:

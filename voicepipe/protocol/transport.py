@@ -1,23 +1,28 @@
-"""What a Session needs of its client's connection, so a call can run over a websocket or elsewhere."""
+"""A client's connection as the wire sees it: messages of text (or a JSON object) and binary frames."""
 
 from typing import Protocol
 
 
 class Disconnected(Exception):
-    """The client has gone: raised by `recv` and `send` of a transport."""
+    """The client has gone: raised by `recv` and `send` of a line or a transport."""
 
 
-class Transport(Protocol):
-    """The client's end of a call: a websocket connection, or the local sound devices of `voicepipe talk`.
+class Refused(Disconnected):
+    """The client may not go on (a phone stream without the API key, or in a codec not spoken here): the
+    line is closed with `code` and `reason`."""
 
-    `recv` returns the client's next message (binary audio, a JSON text event as sent, whose size the
-    session checks before parsing it, or an event a dialect already parsed and checked) and raises
-    `Disconnected` once the client has gone; `send` takes an event as a dict (encoded, if at all, at the
-    edge: a dialect in between reads it as it is) or binary audio, and raises `Disconnected` too when the
-    client is gone; `close` ends the call from the server's side.
-    """
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
 
-    async def recv(self) -> str | bytes | dict: ...
+
+class Line(Protocol):
+    """A websocket connection, as a call uses it: `recv` returns the client's next message (text or binary)
+    and raises `Disconnected` once the client has gone; `send` takes a JSON event (a dict, encoded at the
+    edge) or a binary frame and raises `Disconnected` too when the client is gone; `close` ends it from the
+    server's side."""
+
+    async def recv(self) -> str | bytes: ...
 
     async def send(self, message: dict | bytes) -> None: ...
 

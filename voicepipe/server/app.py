@@ -12,13 +12,21 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.channel.client import EngineUnavailable
 from voicepipe import __version__
+from voicepipe.call.native_serializer import NativeSerializer
+from voicepipe.call.transport import SerializedLine
 from voicepipe.server.body_limit import BodyLimit
 from voicepipe.server.calls_api import build_calls_router
 from voicepipe.server.chat_api import build_router, install_error_handlers
 from voicepipe.server.host import CallHost
-from voicepipe.server.media_streams import TelnyxDialect, TwilioDialect, twiml
+from voicepipe.server.media_streams import (
+    MediaStreamLine,
+    MediaStreamSerializer,
+    TelnyxSerializer,
+    TwilioSerializer,
+    twiml,
+)
 from voicepipe.server.methods import Methods
-from voicepipe.server.realtime import RealtimeDialect
+from voicepipe.server.realtime import RealtimeSerializer
 from voicepipe.server.security import Access
 
 mimetypes.add_type("text/javascript", ".js")  # some systems' tables still say application/javascript
@@ -54,15 +62,17 @@ def build_app(server: CallHost) -> FastAPI:
 
     @app.websocket("/ws")
     async def native_call(ws: WebSocket) -> None:
-        await server.serve_call(ws, ws.scope["voicepipe.access"], "native")
+        limits = server.limits
+        await server.serve_call(ws, ws.scope["voicepipe.access"], "native",
+                                lambda line: SerializedLine(line, NativeSerializer(limits.max_message_bytes)))
 
     @app.websocket("/v1/realtime")
     async def realtime_call(ws: WebSocket) -> None:
         beta = ws.headers.get("openai-beta", "").startswith("realtime=v1")
         limits = server.limits
         await server.serve_call(ws, ws.scope["voicepipe.access"], "realtime",
-                                lambda line: RealtimeDialect(line, server.runtime, limits.max_message_bytes, beta,
-                                                             limits.max_conversation_items))
+                                lambda line: SerializedLine(line, RealtimeSerializer(
+                                    server.runtime, limits.max_message_bytes, beta, limits.max_conversation_items)))
 
     @app.api_route("/v1/twilio/voice", methods=["GET", "POST"])
     async def twilio_voice(request: Request) -> Response:
@@ -74,16 +84,16 @@ def build_app(server: CallHost) -> FastAPI:
         """The TeXML a Telnyx number's voice webhook fetches: connect the call to the media stream here."""
         return Response(twiml(stream_url(request, TELNYX_MEDIA), server.security.api_key), media_type="text/xml")
 
-    def phone_calls(provider: str, dialect: type) -> Callable[[WebSocket], Awaitable[None]]:
+    def phone_calls(provider: str, serializer: type[MediaStreamSerializer]) -> Callable[[WebSocket], Awaitable[None]]:
         async def phone_call(ws: WebSocket) -> None:
             limits = server.limits
             await server.serve_call(ws, ws.scope["voicepipe.access"], provider,
-                                    lambda line: dialect(line, server.runtime, limits.max_message_bytes,
-                                                         server.security.api_key))
+                                    lambda line: MediaStreamLine(line, serializer(
+                                        server.runtime, limits.max_message_bytes, server.security.api_key)))
         return phone_call
 
-    app.websocket(TWILIO_MEDIA)(phone_calls("twilio", TwilioDialect))
-    app.websocket(TELNYX_MEDIA)(phone_calls("telnyx", TelnyxDialect))
+    app.websocket(TWILIO_MEDIA)(phone_calls("twilio", TwilioSerializer))
+    app.websocket(TELNYX_MEDIA)(phone_calls("telnyx", TelnyxSerializer))
 
     app.include_router(build_calls_router(server.phone_calls))
     install_error_handlers(app)

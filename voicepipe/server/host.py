@@ -10,12 +10,13 @@ from starlette.websockets import WebSocket
 
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
-from voicepipe.protocol.transport import Transport
+from voicepipe.call.transport import Transport
+from voicepipe.protocol.transport import Line
 from voicepipe.server.call_control import PhoneCalls
 from voicepipe.server.metrics import CallMetrics
 from voicepipe.server.security import Access, Security
 
-Dialect = Callable[[Transport], Transport]  # wraps a native-protocol line in another dialect
+Wire = Callable[[Line], Transport]  # a websocket line as a call's transport, in the wire format of its route
 
 
 class CallHost(Protocol):
@@ -31,7 +32,7 @@ class CallHost(Protocol):
     def ready(self) -> bool:
         """Warm, the engine up, and not draining: what /ready answers."""
 
-    async def serve_call(self, ws: WebSocket, access: Access, api: str, dialect: Dialect | None = None) -> None:
+    async def serve_call(self, ws: WebSocket, access: Access, api: str, wire: Wire) -> None:
         """Accept one call, or tell the client why not; runs until the call ends."""
 
     async def host(self, transport: Transport, api: str, may_tune: bool) -> None:

@@ -1,14 +1,12 @@
 """Telephony media streams: a phone call's audio over a websocket, as Twilio (`<Connect><Stream>`) and Telnyx
-(Media Streaming, bidirectional) send it. One dialect carries both; each provider's wire format is a small
+(Media Streaming, bidirectional) send it. One serializer reads both; each provider's wire format is a small
 subclass that reads its `start` and addresses what goes out.
 
-The dialect is the transport the session talks to, as `RealtimeDialect` is for the Realtime API: the
-provider's JSON messages in (`connected`, `start`, `media` with base64 G.711 at 8 kHz, `mark`, `dtmf`,
-`stop`) become 16 kHz PCM16 frames; the session's events out become `media` (the reply, in the call's
-G.711), a `mark` at the end of each reply's audio (sent back once the caller has heard it all), and `clear`
-the moment the caller barges in (the provider drops the audio it has queued). Everything else the session
-says has no place on a phone line and is dropped. A provider cannot read an error, so a malformed message
-is logged and skipped.
+The provider's JSON messages in (`connected`, `start`, `media` with base64 G.711 at 8 kHz, `mark`, `dtmf`,
+`stop`) read as 16 kHz PCM16 frames and keys pressed; out, the reply's audio becomes `media` (in the call's
+G.711), its end a `mark` (sent back once the caller has heard it all), and a barge-in `clear` (the provider
+drops the audio it has queued). Everything else the session says has no place on a phone line and is
+dropped. A provider cannot read an error, so a malformed message is logged and skipped.
 
 Neither provider's websocket brings the API key when it connects, so where the server has one, the call
 starts only when `start` brings it among its custom parameters (the TwiML this server writes passes it).
@@ -24,8 +22,11 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from voicepipe.call.runtime import Runtime
-from voicepipe.protocol import ClientEvent, ServerEvent
-from voicepipe.protocol.transport import Disconnected, Transport
+from voicepipe.call.transport import SerializedLine
+from voicepipe.pipeline.events import Error, Event
+from voicepipe.pipeline.outbound import AudioEnded, AudioSent, PlaybackCleared
+from voicepipe.protocol import ClientEvent
+from voicepipe.protocol.transport import Disconnected, Line, Refused
 from voicepipe.server.metrics import call_metrics
 from voicepipe.server.phone_audio import PhoneAudio
 from voicepipe.server.phone_leg import PhoneLeg
@@ -42,18 +43,17 @@ def twiml(stream_url: str, api_key: str | None) -> str:
             f"{key}</Stream></Connect></Response>")
 
 
-class MediaStreamDialect:
-    """A Transport speaking a provider's media stream to `line` and the native protocol to the session."""
+class MediaStreamSerializer:
+    """A provider's media stream: its messages in, the reply's audio and the barge-ins out."""
 
     provider = ""
 
-    def __init__(self, line: Transport, runtime: Runtime, max_message_bytes: int, api_key: str | None) -> None:
-        self.line, self.max_message_bytes, self.api_key = line, max_message_bytes, api_key
+    def __init__(self, runtime: Runtime, max_message_bytes: int, api_key: str | None) -> None:
+        self.max_message_bytes, self.api_key = max_message_bytes, api_key
         self.tts_rate = runtime.tts_rate
         self.stream_sid: str | None = None  # known from `start`; nothing is sent before it
         self.call_sid: str | None = None
         self.audio = PhoneAudio(PCMU, self.tts_rate)  # in the call's G.711, once `start` names it
-        self._start_by: float | None = None  # the loop's time by which `start` must have come
         self.leg = PhoneLeg()
         self._metrics = call_metrics(runtime.registry)
         self._recorded = False
@@ -68,38 +68,22 @@ class MediaStreamDialect:
         return event
 
     # -- provider -> session ---------------------------------------------------------------------------------
-    async def recv(self) -> bytes | dict:
-        while True:
-            if self._start_by is None:
-                self._start_by = asyncio.get_running_loop().time() + START_WITHIN_S
-            try:
-                async with asyncio.timeout_at(None if self.stream_sid is not None else self._start_by):
-                    message = await self.line.recv()
-            except Disconnected:
-                self._ended()  # the provider hung up without a `stop`
-                raise
-            except TimeoutError:
-                log.warning("%s stream refused: no start message within %g s", self.provider, START_WITHIN_S)
-                await self.line.close(1008, "no start message")
-                raise Disconnected() from None
-            if isinstance(message, bytes) or len(message) > self.max_message_bytes:
-                log.warning("%s stream %s: skipped a %s message", self.provider, self.stream_sid,
-                            "binary" if isinstance(message, bytes) else "too large")
-                continue
-            try:
-                event = json.loads(message)
-                audio = await self._inbound(event)
-            except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, RecursionError) as e:
-                log.warning("%s stream %s: skipped a malformed message (%s: %s)", self.provider, self.stream_sid,
-                            type(e).__name__, e)
-                continue
-            if audio:
-                return audio  # or a key the caller pressed
+    def parse(self, message: str | bytes) -> bytes | dict | None:
+        if isinstance(message, bytes) or len(message) > self.max_message_bytes:
+            log.warning("%s stream %s: skipped a %s message", self.provider, self.stream_sid,
+                        "binary" if isinstance(message, bytes) else "too large")
+            return None
+        try:
+            return self._inbound(json.loads(message)) or None
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, RecursionError) as e:
+            log.warning("%s stream %s: skipped a malformed message (%s: %s)", self.provider, self.stream_sid,
+                        type(e).__name__, e)
+            return None
 
-    async def _inbound(self, event: dict) -> bytes | dict | None:
+    def _inbound(self, event: dict) -> bytes | dict | None:
         kind = event["event"]
         if kind == "start":
-            await self._start(event)
+            self._start(event)
         elif kind == "media" and self.stream_sid is not None and event["media"].get("track", "inbound") == "inbound":
             coded = base64.b64decode(event["media"]["payload"], validate=True)
             media = event["media"]
@@ -109,64 +93,85 @@ class MediaStreamDialect:
                 return None  # too late to play in order
             return self.audio.heard(coded, gap)  # a gap lost on the way: its silence keeps the caller's clock
         elif kind == "stop":
-            self._ended()
+            self.ended()
             raise Disconnected()
         elif kind == "dtmf" and self.stream_sid is not None:
             return {"type": ClientEvent.KEY_PRESSED, "digit": str(event["dtmf"]["digit"])}
         return None  # connected, mark (the caller has heard a reply to its end), media before start, error
 
-    async def _start(self, event: dict) -> None:
+    def _start(self, event: dict) -> None:
         stream, call, parameters, codec = self.started(event)
         given = parameters.get("api_key", "")
         if self.api_key is not None and not hmac.compare_digest(str(given).encode(), self.api_key.encode()):
             log.warning("%s call %s refused: its stream brought no valid API key", self.provider, call)
-            await self.line.close(1008, "a valid API key is required")
-            raise Disconnected()
+            raise Refused(1008, "a valid API key is required")
         if codec is None:
             log.warning("%s call %s refused: media format %s", self.provider, call, event["start"])
-            await self.line.close(1003, "only G.711 (PCMU or PCMA) at 8000 Hz is spoken here")
-            raise Disconnected()
+            raise Refused(1003, "only G.711 (PCMU or PCMA) at 8000 Hz is spoken here")
         self.stream_sid, self.call_sid = stream, call
         self.audio = PhoneAudio(codec, self.tts_rate)
         log.info("%s call %s: stream %s started (%s)", self.provider, call, stream, codec.coding)
 
     # -- session -> provider ---------------------------------------------------------------------------------
-    async def send(self, message: dict | bytes) -> None:
+    def render(self, event: Event) -> list[dict | bytes]:
         if self.stream_sid is None:
-            return
-        if isinstance(message, bytes):
-            await self._media(self.audio.spoken(message))
-            return
-        kind = message.get("type")  # a reply's audio.delta needs nothing: its binary frame follows
-        if kind == ServerEvent.RESPONSE_AUDIO_DONE:
-            await self._media(self.audio.spoken(b"", last=True))
-            await self._send({"event": "mark", "mark": {"name": message["response_id"]}})
-        elif kind == ServerEvent.PLAYBACK_CLEARED:
+            return []
+        if isinstance(event, AudioSent):
+            return self._media(self.audio.spoken(event.pcm.tobytes()))
+        if isinstance(event, AudioEnded):
+            return [*self._media(self.audio.spoken(b"", last=True)),
+                    self.envelope({"event": "mark", "mark": {"name": event.turn.response_id}})]
+        if isinstance(event, PlaybackCleared):
             self.audio.cut()
-            await self._send({"event": "clear"})
-        elif kind == ServerEvent.ERROR:
-            log.warning("%s call %s: %s", self.provider, self.call_sid, message["error"]["message"])
+            return [self.envelope({"event": "clear"})]
+        if isinstance(event, Error):
+            log.warning("%s call %s: %s", self.provider, self.call_sid, event.message)
+        return []
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
-        self._ended()
-        await self.line.close(code, reason)
+    def _media(self, coded: bytes) -> list[dict | bytes]:
+        return [self.envelope({"event": "media", "media": {"payload": base64.b64encode(coded).decode()}})] if coded \
+            else []
 
-    def _ended(self) -> None:
+    def ended(self) -> None:
+        """The call is over: its leg's packet figures are recorded, once."""
         if self._recorded or self.stream_sid is None:
             return
         self._recorded = True
         self.leg.record(self.provider, self._metrics.phone_packets, self._metrics.phone_jitter)
         log.info("%s call %s ended: %s", self.provider, self.call_sid, self.leg.figures())
 
-    async def _media(self, coded: bytes) -> None:
-        if coded:
-            await self._send({"event": "media", "media": {"payload": base64.b64encode(coded).decode()}})
 
-    async def _send(self, event: dict[str, Any]) -> None:
-        await self.line.send(self.envelope(event))
+class MediaStreamLine(SerializedLine):
+    """A media stream's websocket as a session's transport: it must `start` within START_WITHIN_S, and its
+    leg's figures are recorded however it ends."""
+
+    serializer: MediaStreamSerializer
+
+    def __init__(self, line: Line, serializer: MediaStreamSerializer) -> None:
+        super().__init__(line, serializer)
+        self._start_by: float | None = None  # the loop's time by which `start` must have come
+
+    async def next_message(self) -> str | bytes:
+        if self._start_by is None:
+            self._start_by = asyncio.get_running_loop().time() + START_WITHIN_S
+        try:
+            async with asyncio.timeout_at(None if self.serializer.stream_sid is not None else self._start_by):
+                return await self.line.recv()
+        except Disconnected:
+            self.serializer.ended()  # the provider hung up without a `stop`
+            raise
+        except TimeoutError:
+            provider = self.serializer.provider
+            log.warning("%s stream refused: no start message within %g s", provider, START_WITHIN_S)
+            await self.line.close(1008, "no start message")
+            raise Disconnected() from None
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.serializer.ended()
+        await self.line.close(code, reason)
 
 
-class TwilioDialect(MediaStreamDialect):
+class TwilioSerializer(MediaStreamSerializer):
     """Twilio Media Streams: μ-law only; the stream's id in `start.streamSid`, and on every message sent."""
 
     provider = "twilio"
@@ -182,7 +187,7 @@ class TwilioDialect(MediaStreamDialect):
         return {**event, "streamSid": self.stream_sid}
 
 
-class TelnyxDialect(MediaStreamDialect):
+class TelnyxSerializer(MediaStreamSerializer):
     """Telnyx Media Streaming in RTP mode: the call's own G.711 (PCMU or PCMA, as `start.media_format` says),
     the stream's id at the top of `start`; what is sent back needs no address."""
 

@@ -2,8 +2,9 @@
 dropped, keys pressed as events), the reply coded and queued onto the call's RTP clock, dropped from the
 queue the moment the caller barges in, and the call hung up with a BYE when the session ends it.
 
-As on the media-stream websockets, what the session says beyond audio has no place on a phone line and is
-dropped (errors are logged)."""
+The line is in this process, so it reads the session's events as they are (no wire format between); as on
+the media-stream websockets, what the session says beyond audio has no place on a phone line and is dropped
+(errors are logged)."""
 
 import asyncio
 import logging
@@ -11,7 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from voicepipe.call.runtime import Runtime
-from voicepipe.protocol import ClientEvent, ServerEvent
+from voicepipe.pipeline.events import Error, Event
+from voicepipe.pipeline.outbound import AudioEnded, AudioSent, PlaybackCleared
+from voicepipe.protocol import ClientEvent
 from voicepipe.protocol.transport import Disconnected
 from voicepipe.server.metrics import call_metrics
 from voicepipe.server.phone_audio import PhoneAudio
@@ -50,21 +53,19 @@ class SipLine:
             if gap is not None:  # None: too late to be heard in order
                 return self.audio.heard(payload, gap)
 
-    async def send(self, message: dict | bytes) -> None:
+    async def send(self, event: Event) -> None:
         rtp = self.call.rtp
         if self.call.ended is not None or rtp is None:
             raise Disconnected()
-        if isinstance(message, bytes):
-            rtp.play(self.audio.spoken(message))
-            return
-        kind = message.get("type")
-        if kind == ServerEvent.RESPONSE_AUDIO_DONE:
+        if isinstance(event, AudioSent):
+            rtp.play(self.audio.spoken(event.pcm.tobytes()))
+        elif isinstance(event, AudioEnded):
             rtp.play(self.audio.spoken(b"", last=True))
-        elif kind == ServerEvent.PLAYBACK_CLEARED:
+        elif isinstance(event, PlaybackCleared):
             self.audio.cut()
             rtp.clear()
-        elif kind == ServerEvent.ERROR:
-            log.warning("SIP call %s: %s", self.call.call_id, message["error"]["message"])
+        elif isinstance(event, Error):
+            log.warning("SIP call %s: %s", self.call.call_id, event.message)
 
     def keypad(self) -> Callable[[str], None] | None:
         """What presses keys on the line for a tool, as RFC 4733 events (None: the caller's side takes none)."""

@@ -12,16 +12,16 @@ from starlette.websockets import WebSocket
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
+from voicepipe.call.transport import Transport
 from voicepipe.mcp_servers import ServerSpec
 from voicepipe.mcp_servers.phone_keys import LABEL as KEYPAD
 from voicepipe.mcp_servers.phone_keys import keypad_server
 from voicepipe.pipeline import CallConfig
-from voicepipe.protocol import server_events
-from voicepipe.protocol.transport import Transport
+from voicepipe.pipeline.events import Error
 from voicepipe.server.app import build_app
 from voicepipe.server.call_control import PhoneCalls
 from voicepipe.server.heap import freeze_heap, thaw_heap
-from voicepipe.server.host import Dialect
+from voicepipe.server.host import Wire
 from voicepipe.server.http_protocol import DeadlineH11Protocol
 from voicepipe.server.listen import bind_socket, is_loopback
 from voicepipe.server.loop_lag import LoopLag
@@ -138,18 +138,18 @@ class VoiceServer:
             await asyncio.sleep(0.1)
 
     # -- calls -----------------------------------------------------------------------------------------------
-    async def serve_call(self, ws: WebSocket, access: Access, api: str, dialect: Dialect | None = None) -> None:
+    async def serve_call(self, ws: WebSocket, access: Access, api: str, wire: Wire) -> None:
         """Accept one call, or tell the client why not; runs until the call ends."""
         protocols = ws.scope.get("subprotocols", [])
         await ws.accept(subprotocol="realtime" if "realtime" in protocols else None)
         line = WebSocketLine(ws)
-        transport = dialect(line) if dialect is not None else line
+        transport = wire(line)
         refusal = self.refusal()
         if refusal is not None:
             code, reason, message = refusal
             self.metrics.refused.labels(reason).inc()
             log.info("refused a call: %s", message)
-            await transport.send(server_events.error(reason, message, "server_error"))
+            await transport.send(Error(reason, message, "server_error"))
             await line.close(code, reason.replace("_", " "))
             return
         try:
@@ -183,7 +183,7 @@ class VoiceServer:
             return
         self.metrics.engine_failures.inc()
         for call in list(self.calls):
-            notice = asyncio.ensure_future(call.send(server_events.error(
+            notice = asyncio.ensure_future(call.send(Error(
                 "engine_unavailable", "the engine stopped and is restarting; what you said is kept and will "
                 "be answered once it is back (usually within seconds)", "server_error")))
             self._notices.add(notice)
