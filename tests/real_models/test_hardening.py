@@ -24,10 +24,11 @@ from websockets.exceptions import ConnectionClosed
 
 from voicepipe.audio import read_audio, to_pcm16
 from voicepipe.call.limits import Limits
+from voicepipe.call.native_serializer import NativeSerializer
 from voicepipe.call.pipeline import build_pipeline
 from voicepipe.cli import build_parser
 from voicepipe.pipeline import CallConfig, Conversation
-from voicepipe.pipeline.events import TranscriptFinal
+from voicepipe.pipeline.events import Event, TranscriptFinal
 from voicepipe.pipeline.requests import CancelRequested
 from voicepipe.server import VoiceServer
 from voicepipe.server.settings import load_settings
@@ -356,9 +357,10 @@ async def test_a_cancel_in_the_same_instant_as_the_transcript(runtime, baseline)
     """The client cancels in the very instant the caller's transcript is final: the turn it started is
     cancelled before its task ever ran, and the client still hears of it in order (created, then done)."""
     sent: list[dict] = []
+    native = NativeSerializer(Limits().max_message_bytes)
 
-    async def send(*messages: dict | bytes) -> None:
-        sent.extend(m for m in messages if isinstance(m, dict))
+    async def send(*events: Event) -> None:
+        sent.extend(m for event in events for m in native.render(event) if isinstance(m, dict))
 
     config = CallConfig()
     conversation = Conversation(config.instructions, runtime.tokenizer)
