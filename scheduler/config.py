@@ -43,6 +43,15 @@ class EngineConfig:
     # decision and the reply's first steps then wait behind a short step, not a wide one.
     expect_prefill_tokens: int = 16
     expect_background_seqs: int = 8
+    # Shares by time: while one of those rules holds, what a step carries besides realtime replies is bounded
+    # by the step's predicted duration (the engine's cost model, fitted online to its own steps, `step_cost`),
+    # so one rule fits a CPU and a GPU alike; the knobs cap it. The token shares above stand in until the
+    # model has seen enough steps, and wherever `time_shares` is off. The defaults are what those token
+    # shares came to beside a few decodes on a 2-core CPU (docs/engine.md, "Shares by time").
+    time_shares: bool = True
+    live_step_s: float = 0.125
+    deadline_near_step_s: float = 0.075
+    expect_step_s: float = 0.045
     static_batch_size: int = 8
     # Model forward: "lean" (our own Llama-family modules, less host work per step; models it cannot compute
     # fall back) or "transformers" (transformers' own modules, the exactness reference).

@@ -32,6 +32,7 @@ from scheduler.model.runner import ModelRunner
 from scheduler.planner import StepPlan, StepPlanner
 from scheduler.request import Output, RequestClass, Sequence, Status, check_request
 from scheduler.sampler import probability_of, probe_rows, sample_rows
+from scheduler.step_shape import StepShape
 
 log = logging.getLogger(__name__)
 GRAMMAR_WAIT_S = 0.01  # with only compiles in flight, how long a step waits for one before the next commands
@@ -144,6 +145,7 @@ class Engine:
             self._fail_step(plan, exc)
             return
         step.ended = self.clock()
+        self.planner.costs.observe(StepShape.of(plan), step.ended - step.started)
         for chunk in plan.chunks:
             seq = chunk.seq
             if seq.num_cached == 0 and chunk.start == 0 and seq.first_token_at is None:

@@ -17,7 +17,9 @@ from scheduler.config import EngineConfig
 from scheduler.kv_pool import SlabPool
 from scheduler.policies import make_policy
 from scheduler.request import PRESSING_TIER, RequestClass, Sequence, Status
+from scheduler.step_cost import OnlineCost
 from scheduler.step_plan import Chunk, StepPlan
+from scheduler.step_shape import Tally
 
 
 class StepPlanner:
@@ -30,6 +32,7 @@ class StepPlanner:
         self.live_sessions: set[str] = set()  # calls in progress, whose next turn may start at any moment
         self.expected: dict[str, float] = {}  # calls whose caller may be finishing -> until when
         self.steps_planned = 0
+        self.costs = OnlineCost()  # what a step takes here, from the engine's own steps
         self.policy = make_policy(config.policy, self)
 
     def add(self, seq: Sequence, waits_for_grammar: bool = False) -> None:
@@ -124,12 +127,15 @@ class StepPlanner:
 
     def pack(self, now: float) -> StepPlan:
         """Continuous batching: sequences by the policy's priority while the budgets last, work other than
-        realtime replies within the policy's share, each taking the chunk the policy sizes."""
+        realtime replies within the policy's share (by the step's predicted time, else by its tokens and
+        sequences), each taking the chunk the policy sizes."""
         budget = self.policy.background(now)
         plan = StepPlan(rule=budget.rule)
         self.steps_planned += 1
         tokens_left, seqs_left = self.config.max_batch_tokens, self.config.max_batch_seqs
-        background_left, others_left = budget.prefill_tokens, budget.seqs
+        timed = self.config.time_shares and budget.step_s < math.inf and self.costs.ready
+        background_left, others_left = (math.inf, math.inf) if timed else (budget.prefill_tokens, budget.seqs)
+        tally = Tally()
         planned: set[int] = set()
         for seq in sorted(self.sequences, key=lambda s: self.policy.priority(s, now)):
             if tokens_left <= 0 or seqs_left <= 0:
@@ -143,9 +149,14 @@ class StepPlanner:
             if seq in plan.preempted or (seq.status is Status.WAITING and not self.admit(seq)):
                 continue
             n = self.policy.chunk_size(seq, min(tokens_left, background_left) if background else tokens_left)
+            if other and timed:
+                n = self._within(tally, seq, n, budget.step_s)
+                if n <= 0:
+                    continue
             if not self.grow(seq, n, plan, planned, now):
                 continue
             plan.chunks.append(Chunk(seq, seq.num_cached, n))
+            tally.add(seq.num_cached, n, seq.num_tokens)
             seq.last_step = self.steps_planned
             planned.add(id(seq))
             tokens_left -= n
@@ -154,6 +165,24 @@ class StepPlanner:
             if background:
                 background_left -= n
         return plan
+
+    def _within(self, tally: Tally, seq: Sequence, n: int, step_s: float) -> int:
+        """The most of seq's n tokens (a chunk the policy would size) the step can take and still be predicted
+        to end within `step_s`; 0 for none."""
+        start, total = seq.num_cached, seq.num_tokens
+
+        def fits(m: int) -> bool:
+            return self.costs.predict(*tally.with_chunk(start, m, total)) <= step_s
+
+        if fits(n):
+            return n
+        if n == 1 or not fits(1):
+            return 0
+        lo, hi = 1, n  # fits(lo), not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return self.policy.chunk_size(seq, lo)
 
     def admit(self, seq: Sequence) -> bool:
         """Start a waiting request if the pool can hold its prompt and its predicted output.

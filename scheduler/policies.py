@@ -27,6 +27,7 @@ class Background:
     allowed: bool = True  # False while a reply is pressing: the step carries realtime work alone
     prefill_tokens: float = math.inf  # the share of the step non-realtime prompts may take
     seqs: float = math.inf  # the non-realtime sequences the step may carry
+    step_s: float = math.inf  # by time: how long the step may be predicted to last with them (the shares' stead)
     rule: str = "open"  # which rule set the share, for the step trace
 
 
@@ -117,19 +118,20 @@ class O4(Policy):
     step trace names it):
     - `pressing`: a realtime reply is pressing: the step carries realtime work alone; a step's time grows
       with every sequence in it, so a reply about to miss its deadline gets the device's shortest steps.
-    - `deadline_near`: a realtime deadline is within two pressing windows: other prefill takes at most
-      `realtime_prefill_tokens` of a step.
+    - `deadline_near`: a realtime deadline is within two pressing windows: other work keeps a step within
+      `deadline_near_step_s` (by tokens: other prefill takes at most `realtime_prefill_tokens` of it).
     - `expecting`: a caller may be finishing their turn (`expect`: their VAD heard the first silence, until
-      the turn's first audio or its deadline): a step carries at most `expect_background_seqs` other
-      sequences and `expect_prefill_tokens` of other prefill. The end-of-turn ASR pass and the reply's
-      prefill each wait first for the step in flight, and a wide decode batch beside a long prompt is the
-      longest step there is. Decodes take turns (the one that waited longest goes first), so each stream
-      slows a little rather than some stopping.
-    - `live_call`: calls are live: other prefill takes at most `live_prefill_tokens` a step, so a turn that
-      begins does not first wait out a long step.
+      the turn's first audio or its deadline): other work keeps a step within `expect_step_s` (by tokens:
+      at most `expect_background_seqs` other sequences and `expect_prefill_tokens` of other prefill). The
+      end-of-turn ASR pass and the reply's prefill each wait first for the step in flight, and a wide
+      decode batch beside a long prompt is the longest step there is. Decodes take turns (the one that
+      waited longest goes first), so each stream slows a little rather than some stopping.
+    - `live_call`: calls are live: other work keeps a step within `live_step_s` (by tokens: other prefill
+      takes at most `live_prefill_tokens` of it), so a turn that begins does not first wait out a long step.
     - `open`: everything.
     The prefill share goes by a request's own class, so an aged prompt goes first among the others but does
-    not take a live call's short steps away.
+    not take a live call's short steps away. By time (`time_shares`), the same rules hold on any device:
+    a step's seconds are what a turn waits, whatever a token costs there.
     """
 
     about = "deadline-aware"
@@ -152,13 +154,15 @@ class O4(Policy):
         if slack <= config.pressing_window_s:
             return REALTIME_ONLY
         if slack <= 2 * config.pressing_window_s:
-            return Background(prefill_tokens=config.realtime_prefill_tokens, rule="deadline_near")
+            return Background(prefill_tokens=config.realtime_prefill_tokens, step_s=config.deadline_near_step_s,
+                              rule="deadline_near")
         if planner.expecting(now):  # a caller may be finishing: their turn's first work is about to arrive
-            return Background(prefill_tokens=config.expect_prefill_tokens,
-                              seqs=config.expect_background_seqs, rule="expecting")
+            return Background(prefill_tokens=config.expect_prefill_tokens, seqs=config.expect_background_seqs,
+                              step_s=config.expect_step_s, rule="expecting")
         # A turn may begin at any moment of a live call, and waits first for the step in flight.
         if planner.live_sessions:
-            return Background(prefill_tokens=config.live_prefill_tokens, rule="live_call")
+            return Background(prefill_tokens=config.live_prefill_tokens, step_s=config.live_step_s,
+                              rule="live_call")
         return Background()
 
     def chunk_size(self, seq: Sequence, tokens_left: int) -> int:

@@ -30,7 +30,18 @@ def snapshot(engine: Engine) -> dict:
                  "pinned_sessions": len(pool.pins), "usage": pool.num_used / pool.num_pages,
                  "fragmentation": pool.fragmentation(), "reserve": pool.reserve},
         "steps": list(m.recent_steps)[-50:],
+        "step_cost": step_cost(engine),
     }
+
+
+def step_cost(engine: Engine) -> dict | None:
+    """The engine's cost model as last fitted to its own steps (None: not yet), which sizes steps by time."""
+    fitted = engine.planner.costs.fitted
+    if fitted is None:
+        return None
+    return {"coefficients": fitted.coefficients, "steps": fitted.about["steps"],
+            "relative_error_p50": fitted.about["relative_error_p50"],
+            "relative_error_p90": fitted.about["relative_error_p90"]}
 
 
 def page(engine: Engine, steps: int = 20) -> dict:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from scheduler.sim.clock import ThreadClock, VirtualClock, WallClock
 from scheduler.sim.devices import DEVICES, DTYPES, Device, DType
-from scheduler.sim.fitted import FittedCost
 from scheduler.sim.roofline import Efficiency, Roofline
 from scheduler.sim.shape import ModelShape
-from scheduler.sim.step_shape import StepShape
+from scheduler.step_cost import FittedCost
+from scheduler.step_shape import StepShape
 
 if TYPE_CHECKING:
     from scheduler.sim.drive import Driver, Saturated

@@ -10,7 +10,7 @@ ranges the defaults take.
 import numpy as np
 
 from scheduler.sim.roofline import Efficiency, Roofline
-from scheduler.sim.step_shape import StepShape
+from scheduler.step_shape import StepShape
 
 
 def roofline_sides(roofline: Roofline, steps: list[StepShape]) -> tuple[np.ndarray, np.ndarray]:

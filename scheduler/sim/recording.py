@@ -3,7 +3,7 @@
 import torch
 
 from scheduler.planner import StepPlan
-from scheduler.sim.step_shape import StepShape
+from scheduler.step_shape import StepShape
 
 
 class RecordingRunner:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from scheduler.sim.devices import KV_ITEMSIZE, Device, DType
 from scheduler.sim.shape import ModelShape
-from scheduler.sim.step_shape import StepShape
+from scheduler.step_shape import StepShape
 
 
 @dataclass(frozen=True, slots=True)

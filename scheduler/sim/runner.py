@@ -18,7 +18,7 @@ from scheduler.model.kv_dtype import num_slabs, pages_per_slab
 from scheduler.planner import StepPlan
 from scheduler.sim.clock import VirtualClock
 from scheduler.sim.shape import ModelShape
-from scheduler.sim.step_shape import StepShape
+from scheduler.step_shape import StepShape
 
 TOKEN = 3  # what every simulated step samples: not an end token, not padding
 

@@ -1,7 +1,7 @@
 """`voicepipe simulate calibrate`: measure the calibration runs on this CPU and fit its step-cost model.
 
 Each model step the real engine runs is recorded with its shape and its time (the driver's, plan to outputs);
-the fit (scheduler.sim.fitted) is cached per machine (`costs.machine_fit_path`), where `--device cpu-measured`
+the fit (scheduler.step_cost) is cached per machine (`costs.machine_fit_path`), where `--device cpu-measured`
 reads it. Set-up makes it (`python -m voicepipe.simulate.calibrate --if-missing`), and the first run that
 needs it makes it where set-up did not. A fit made while other work kept the cores busy is pessimistic: it
 notes the load average it was made under, and is made again once the machine is clearly quieter.

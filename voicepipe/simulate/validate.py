@@ -22,7 +22,7 @@ import numpy as np
 
 from scheduler import EngineConfig
 from scheduler.sim import FittedCost, StepShape
-from scheduler.sim.fitted import nonnegative_lstsq
+from scheduler.step_cost import nonnegative_lstsq
 from voicepipe.simulate import cpu_runs
 from voicepipe.simulate.calibrate import fit_runs, measure_runs
 from voicepipe.simulate.costs import CPU, JOB_PRICES, Priced, model_shape

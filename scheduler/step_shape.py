@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass
 
-from scheduler.planner import StepPlan
+from scheduler.step_plan import StepPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +39,21 @@ class StepShape:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+class Tally:
+    """A step's counts as the planner packs it, one chunk at a time: what its cost model prices."""
+
+    __slots__ = ("tokens", "samples", "seqs", "pairs", "context")
+
+    def __init__(self) -> None:
+        self.tokens = self.samples = self.seqs = self.pairs = self.context = 0
+
+    def with_chunk(self, start: int, n: int, total: int) -> tuple[int, int, int, int, int]:
+        """The counts with one more chunk of n tokens from `start` of a sequence of `total` tokens: (tokens,
+        samples, seqs, attention pairs, context tokens), as `OnlineCost.predict` takes them."""
+        return (self.tokens + n, self.samples + (start + n == total), self.seqs + 1,
+                self.pairs + n * start + n * (n + 1) // 2, self.context + start + n)
+
+    def add(self, start: int, n: int, total: int) -> None:
+        self.tokens, self.samples, self.seqs, self.pairs, self.context = self.with_chunk(start, n, total)

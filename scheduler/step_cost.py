@@ -1,4 +1,5 @@
-"""A step-cost model fitted to measured steps of a device at hand: a linear sum of a step's counts.
+"""A step-cost model fitted to measured steps of a device at hand: a linear sum of a step's counts; and
+the engine's own, fitted online to the steps it runs, which the planner sizes steps by.
 
 `seconds = a + b*tokens + c*samples + d*seqs + e*attention_pairs + f*context_tokens`, the form DistServe
 fits for prefill and decode (a constant, a term per token, a term per attention pair) with the terms the
@@ -13,12 +14,13 @@ redone.
 """
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from scheduler.sim.step_shape import StepShape
+from scheduler.step_shape import StepShape
 
 TERMS = ("const", "tokens", "samples", "seqs", "attention_pairs", "context_tokens")
 COMPUTE_TERMS = ("tokens", "attention_pairs")
@@ -89,3 +91,43 @@ def nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         if not negative:
             return coef
         active.remove(min(negative, key=lambda i: coef[i]))
+
+
+class OnlineCost:
+    """What a step will take, fitted to the engine's own steps as it runs them (on the machine at hand, the
+    model and precision it serves, its threads; in the simulator, the priced device): refitted every
+    `refit_every` steps over the last `window`, so it follows the machine as it is now. Not `ready` until
+    its steps include both prompts and decodes, which the terms need to be told apart."""
+
+    def __init__(self, window: int = 512, refit_every: int = 32, min_each: int = 8) -> None:
+        self.shapes: deque[StepShape] = deque(maxlen=window)
+        self.seconds: deque[float] = deque(maxlen=window)
+        self.refit_every, self.min_each = refit_every, min_each
+        self.fitted: FittedCost | None = None
+        self.coefficients = (0.0,) * len(TERMS)
+        self._since = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.fitted is not None
+
+    def observe(self, step: StepShape, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        self.shapes.append(step)
+        self.seconds.append(seconds)
+        self._since += 1
+        if self._since >= self.refit_every and self._varied():
+            self._since = 0
+            self.fitted = FittedCost.fit(list(self.shapes), list(self.seconds), {"source": "online"})
+            self.coefficients = tuple(self.fitted.coefficients[t] for t in TERMS)
+
+    def predict(self, tokens: int, samples: int, seqs: int, pairs: int, context: int) -> float:
+        """A step's seconds from its counts (the planner's tally as it packs; zero before the first fit)."""
+        const, per_token, per_sample, per_seq, per_pair, per_context = self.coefficients
+        return (const + per_token * tokens + per_sample * samples + per_seq * seqs + per_pair * pairs
+                + per_context * context)
+
+    def _varied(self) -> bool:
+        prompts = sum(1 for s in self.shapes if s.prefill_tokens >= 16)
+        return prompts >= self.min_each and len(self.shapes) - prompts >= self.min_each
