@@ -97,14 +97,24 @@ class OnlineCost:
     """What a step will take, fitted to the engine's own steps as it runs them (on the machine at hand, the
     model and precision it serves, its threads; in the simulator, the priced device): refitted every
     `refit_every` steps over the last `window`, so it follows the machine as it is now. Not `ready` until
-    its steps include both prompts and decodes, which the terms need to be told apart."""
+    its steps include both prompts and decodes, which the terms need to be told apart.
+
+    Its form is the linear sum above with a knee on the tokens: a step's tokens cost nothing extra until
+    `knee` of them (a GPU reads its weights once a step, and is bound by that until a step carries enough
+    tokens to be bound by its arithmetic; a CPU is bound by arithmetic from the first token: its knee is 0).
+    The knee is the one of `KNEES` that fits best; every step counts by its relative error, as the machine
+    fit's do. The worst tenth of the steps (another process took the cores) is left out of the final fit.
+    """
+
+    KNEES = (0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
     def __init__(self, window: int = 512, refit_every: int = 32, min_each: int = 8) -> None:
         self.shapes: deque[StepShape] = deque(maxlen=window)
         self.seconds: deque[float] = deque(maxlen=window)
         self.refit_every, self.min_each = refit_every, min_each
-        self.fitted: FittedCost | None = None
         self.coefficients = (0.0,) * len(TERMS)
+        self.knee = 0
+        self.fitted: dict | None = None  # the last fit: its coefficients, knee, steps and errors
         self._since = 0
 
     @property
@@ -119,15 +129,37 @@ class OnlineCost:
         self._since += 1
         if self._since >= self.refit_every and self._varied():
             self._since = 0
-            self.fitted = FittedCost.fit(list(self.shapes), list(self.seconds), {"source": "online"})
-            self.coefficients = tuple(self.fitted.coefficients[t] for t in TERMS)
+            self._refit()
 
     def predict(self, tokens: int, samples: int, seqs: int, pairs: int, context: int) -> float:
         """A step's seconds from its counts (the planner's tally as it packs; zero before the first fit)."""
         const, per_token, per_sample, per_seq, per_pair, per_context = self.coefficients
-        return (const + per_token * tokens + per_sample * samples + per_seq * seqs + per_pair * pairs
-                + per_context * context)
+        return (const + per_token * max(0, tokens - self.knee) + per_sample * samples + per_seq * seqs
+                + per_pair * pairs + per_context * context)
 
     def _varied(self) -> bool:
         prompts = sum(1 for s in self.shapes if s.prefill_tokens >= 16)
         return prompts >= self.min_each and len(self.shapes) - prompts >= self.min_each
+
+    def _refit(self) -> None:
+        y = np.array(self.seconds)
+        counts = np.array([features(s) for s in self.shapes], dtype=float)
+        best: tuple[float, int, np.ndarray, np.ndarray] | None = None
+        for knee in self.KNEES:
+            x = counts.copy()
+            x[:, 1] = np.maximum(0.0, x[:, 1] - knee)
+            x /= y[:, None]  # rows scaled: relative errors
+            coef = nonnegative_lstsq(x, np.ones(len(y)))
+            residual = np.abs(x @ coef - 1)
+            keep = residual <= np.quantile(residual, 0.9)
+            coef = nonnegative_lstsq(x[keep], np.ones(int(keep.sum())))
+            error = float(np.mean((x[keep] @ coef - 1) ** 2))
+            if best is None or error < best[0]:
+                best = (error, knee, coef, np.abs(x @ coef - 1))
+            if knee >= counts[:, 1].max():
+                break
+        _, self.knee, coef, relative = best
+        self.coefficients = tuple(float(c) for c in coef)
+        self.fitted = {"coefficients": dict(zip(TERMS, self.coefficients, strict=True)), "knee_tokens": self.knee,
+                       "steps": len(y), "relative_error_p50": float(np.median(relative)),
+                       "relative_error_p90": float(np.percentile(relative, 90))}

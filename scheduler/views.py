@@ -36,12 +36,7 @@ def snapshot(engine: Engine) -> dict:
 
 def step_cost(engine: Engine) -> dict | None:
     """The engine's cost model as last fitted to its own steps (None: not yet), which sizes steps by time."""
-    fitted = engine.planner.costs.fitted
-    if fitted is None:
-        return None
-    return {"coefficients": fitted.coefficients, "steps": fitted.about["steps"],
-            "relative_error_p50": fitted.about["relative_error_p50"],
-            "relative_error_p90": fitted.about["relative_error_p90"]}
+    return engine.planner.costs.fitted
 
 
 def page(engine: Engine, steps: int = 20) -> dict:

@@ -61,7 +61,7 @@ def test_a_policy_added_to_the_registry_is_run_by_the_seed_experiment(monkeypatc
     for device in report["devices"].values():
         assert list(device["capacity"]) == list(device["goodput_per_s"]) == list(POLICIES)
         assert {row["policy"] for row in device["sweep"]} == set(POLICIES)
-    assert list(report["voice"]["most_calls"]) == [*POLICIES, "o4-gpu", "o4-gpu-lane"]
+    assert list(report["voice"]["most_calls"]) == [*POLICIES, "o4-tokens", "o4-gpu-tokens", "o4-lane"]
 
 
 def restated(node: ast.AST, names: set[str]) -> bool:

@@ -41,7 +41,7 @@ def observed(cost: dict[str, float], steps: int = 200, seed: int = 1, noise: flo
 
 def test_the_online_model_learns_the_machine_from_its_steps_and_predicts_steps_it_never_saw():
     model = observed(CPU_LIKE)
-    assert model.ready and model.fitted.about["relative_error_p50"] < 0.03
+    assert model.ready and model.fitted["relative_error_p50"] < 0.03
     for step in (shape(192, 3, 400), shape(0, 40, 1500), shape(32, 0, 0)):
         tally = (step.tokens, step.samples, step.seqs, step.attention_pairs, step.context_tokens)
         assert model.predict(*tally) == pytest.approx(priced(step, CPU_LIKE), rel=0.05)
