@@ -102,7 +102,8 @@ class Engine:
         # Between steps, a job goes first when the model has nothing to do, or nothing more urgent; it wins a
         # tie, since it unblocks audio. A lane beside the steps takes the most urgent job whenever it is free.
         if self.jobs and not self.lane.busy and (self.lane.beside or self.planner.idle
-                                                 or self.jobs.first_key() <= self.planner.urgency(now)):
+                                                 or self.jobs.first_key(now, self.config.aging_s)
+                                                 <= self.planner.urgency(now)):
             self._start_jobs()
             if not self.lane.beside:
                 return True
@@ -317,6 +318,7 @@ class Engine:
         if job.kind not in self.handlers:
             self.job_results.append(JobResult(job.job_id, job.kind, error=f"no device job named {job.kind!r}"))
         else:
+            job.queued_at = self.clock()
             self.jobs.push(job)
 
     def cancel_job(self, job_id: str) -> None:

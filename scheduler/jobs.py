@@ -37,6 +37,7 @@ class Job:
     job_id: str = field(compare=False)
     kind: str = field(compare=False)
     args: tuple = field(compare=False)
+    queued_at: float = field(default=0.0, compare=False)  # the engine's clock when it was queued
 
 
 def make_job(kind: str, args: tuple, cls: RequestClass = RequestClass.INTERACTIVE, deadline: float | None = None,
@@ -80,9 +81,15 @@ class JobQueue:
                 self._heap = kept
                 heapq.heapify(kept)
 
-    def first_key(self) -> tuple:
-        """(tier, deadline) of the most urgent job."""
-        return self._heap[0].key[:2]
+    def first_key(self, now: float, aging_s: float) -> tuple:
+        """(tier, deadline) of the most urgent job, its tier climbing one class per `aging_s` it has waited,
+        as a waiting request's does: a job below the realtime tier is weighed against model work that ages,
+        and would otherwise wait for as long as older requests keep arriving."""
+        job = self._heap[0]
+        tier, deadline = job.key[:2]
+        if tier > 0:
+            tier = max(0, tier - int((now - job.queued_at) / aging_s))
+        return tier, deadline
 
     def take(self, handlers: dict[str, JobHandler]) -> tuple[list[Job], JobHandler] | None:
         """The most urgent job, with up to its handler's `batch` - 1 more of its kind in their own order, and

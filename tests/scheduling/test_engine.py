@@ -257,3 +257,27 @@ def test_a_seeded_request_computes_its_whole_prompt_and_an_unseeded_one_takes_th
     assert cached[0] == cached[1] == 0 and cached[2] > 0  # the prompt's pages were there for all but the first
     assert answers[0] == answers[1]
     engine.planner.check_pool()
+
+
+def test_a_job_below_the_realtime_tier_ages_as_requests_do_and_old_requests_cannot_starve_it(tiny_llm, prompts):
+    """Requests that have waited long enough climb into the top class; a queued job climbs too, so one
+    waiting behind them runs once it has waited as long (it never did: a speculative reply's synthesis then
+    waited for as long as a text API kept old requests in the engine)."""
+    now = [100.0]
+    ran: list[float] = []
+    engine = Engine(*tiny_llm, EngineConfig(num_slabs=4, aging_s=5.0), {"note": JobHandler(lambda: ran.append(now[0]))},
+                    clock=lambda: now[0])
+    try:
+        seq = engine.add_request(Sequence(prompts[0], SamplingParams(max_tokens=60, ignore_eos=True)))
+        seq.arrival = now[0] - 60.0  # an old request: its class has climbed to the top
+        engine.submit_job(make_job("note", (), RequestClass.INTERACTIVE))
+        for _ in range(8):  # 4 s: the old request's steps go first
+            engine.step()
+            now[0] += 0.5
+        assert ran == [] and seq.status is Status.RUNNING
+        for _ in range(6):
+            engine.step()
+            now[0] += 0.5
+        assert len(ran) == 1 and 105.0 <= ran[0] <= 105.5 and seq.status is Status.RUNNING
+    finally:
+        engine.close()

@@ -1,6 +1,6 @@
-"""The native protocol's wire format (`/ws`, and the lines in this process: `talk`, a SIP call): a client's
-messages read as the session's events, and each event the client is told of as the JSON events (and the
-binary frame after an audio delta) it reads as."""
+"""The native protocol's wire format (`/ws`): a client's messages read as the session's inbound events, and
+each event the client is told of as the JSON events (and the binary frame after an audio delta) it reads
+as. The Realtime serializer renders with it the events whose shape it shares."""
 
 from collections.abc import Callable
 from typing import Any
