@@ -2,6 +2,7 @@
 the early final pass, speculative replies kept and dropped, the first-clause rule, pacing, agreement,
 barge-in and truncation. Utterance events go in directly, as the VAD stage would emit them."""
 
+import asyncio
 import time
 
 import numpy as np
@@ -370,3 +371,30 @@ async def test_a_long_reply_is_synthesized_no_further_ahead_than_the_horizon_and
         await call.close()
     assert 3 <= synthesized[0] <= 8 and synthesized[1] == 20, synthesized
     assert 0 < unheard[0] < 1.2 and unheard[1] > 3.5, unheard
+
+
+async def test_a_sentence_synthesized_ahead_is_asked_for_again_as_the_turns_once_its_turn_is_confirmed():
+    """A speculative reply's synthesis waits behind other work (an interactive job); if it has not run by the
+    time its turn is confirmed, the turn's own (realtime) request for it goes in, and the reply is heard."""
+    call = Call()
+    held = asyncio.Event()  # interactive synthesis never gets its turn here: old requests keep the device
+
+    async def run_job(kind, *args, cls=RequestClass.INTERACTIVE, deadline=None):
+        call.engine.jobs.append((kind, cls))
+        if kind == "tts" and cls is RequestClass.INTERACTIVE:
+            await held.wait()
+        handler = call.engine.handlers[kind]
+        return handler.fn([args])[0] if handler.batch > 1 else handler.fn(*args)
+
+    call.engine.run_job = run_job
+    await call.utterance(pause=True, stop=False)
+    assert ("tts", RequestClass.INTERACTIVE) in call.engine.jobs and "response.done" not in call.client.kinds()
+    await call.push(SpeechStopped("item_1", 1000, time.monotonic(), SECOND))
+    for _ in range(200):
+        if "response.done" in call.client.kinds():
+            break
+        await asyncio.sleep(0.01)
+    assert ("tts", RequestClass.REALTIME) in call.engine.jobs
+    assert call.client.of("response.done")[0]["response"]["status"] == "completed"
+    assert any(isinstance(m, bytes) for m in call.client.messages)  # its audio was sent
+    await call.close()

@@ -58,6 +58,7 @@ class TTSStage(Stage):
         self._turn: Turn | None = None
         self._queue: asyncio.Queue[Sentence | TextDone] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
+        self._confirmed = asyncio.Event()  # the current turn, begun ahead of the caller, is now the turn's
 
     async def process(self, event: Event) -> None:
         if isinstance(event, (Sentence, TextDone)):
@@ -72,8 +73,10 @@ class TTSStage(Stage):
                 self._worker.cancel()
             self._turn, self._worker = None, None
         if isinstance(event, ResponseCreated):
-            self._turn, self._queue = event.turn, asyncio.Queue()
+            self._turn, self._queue, self._confirmed = event.turn, asyncio.Queue(), asyncio.Event()
             self._worker = self.spawn(self._speak(event.turn, self._queue))
+        if isinstance(event, TurnConfirmed) and event.turn is self._turn:
+            self._confirmed.set()
         if isinstance(event, ResponseCreated | TurnConfirmed):  # a new deadline to meet
             self._paced(event.turn)
         self.emit(event)
@@ -111,10 +114,7 @@ class TTSStage(Stage):
 
     async def _synthesize(self, turn: Turn, text: str) -> Synthesized:
         try:
-            # A speculative reply's sentences wait behind confirmed turns' realtime work.
-            cls = RequestClass.INTERACTIVE if turn.speculative else RequestClass.REALTIME
-            chunks, seconds, ends = await self.engine.run_job(TTS_SENTENCE, text, cls=cls,
-                                                              deadline=self.pacing.tts_deadline(turn))
+            chunks, seconds, ends = await self._run_job(turn, text)
         except Exception:  # one sentence the voice cannot say must not silence the rest of the reply
             log.exception("synthesis failed for %r", text)
             self.emit(Error("tts_failed", "a sentence of the reply could not be synthesized", "server_error"))
@@ -122,3 +122,24 @@ class TTSStage(Stage):
         if text.strip() in self.phrases() and chunks:
             self.said[text.strip()] = (chunks, seconds, ends)
         return chunks, seconds, ends
+
+    async def _run_job(self, turn: Turn, text: str) -> Synthesized:
+        """A speculative reply's sentence waits behind confirmed turns' realtime work; once its turn is
+        confirmed, one still waiting is asked for again as the turn's (the engine drops the first unstarted)."""
+        if not turn.speculative:
+            return await self.engine.run_job(TTS_SENTENCE, text, cls=RequestClass.REALTIME,
+                                             deadline=self.pacing.tts_deadline(turn))
+        ahead = asyncio.ensure_future(self.engine.run_job(TTS_SENTENCE, text, cls=RequestClass.INTERACTIVE,
+                                                          deadline=self.pacing.tts_deadline(turn)))
+        confirmed = asyncio.ensure_future(self._confirmed.wait())
+        try:
+            await asyncio.wait((ahead, confirmed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            confirmed.cancel()
+            if not ahead.done():
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
+        if not ahead.cancelled():
+            return ahead.result()
+        return await self.engine.run_job(TTS_SENTENCE, text, cls=RequestClass.REALTIME,
+                                         deadline=self.pacing.tts_deadline(turn))
