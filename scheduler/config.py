@@ -45,7 +45,8 @@ class EngineConfig:
     expect_background_seqs: int = 8
     # Shares by time: while one of those rules holds, what a step carries besides realtime replies is bounded
     # by the step's predicted duration (the engine's cost model, fitted online to its own steps, `step_cost`),
-    # so one rule fits a CPU and a GPU alike; the knobs cap it. The token shares above stand in until the
+    # so one rule fits a CPU and a GPU alike; the knobs cap it, and `expect_background_seqs` still caps the
+    # other sequences while a caller may be finishing. The token shares above stand in until the
     # model has seen enough steps, and wherever `time_shares` is off. The defaults are what those token
     # shares came to beside a few decodes on a 2-core CPU (docs/engine.md, "Shares by time").
     time_shares: bool = True

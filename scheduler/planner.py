@@ -134,7 +134,7 @@ class StepPlanner:
         self.steps_planned += 1
         tokens_left, seqs_left = self.config.max_batch_tokens, self.config.max_batch_seqs
         timed = self.config.time_shares and budget.step_s < math.inf and self.costs.ready
-        background_left, others_left = (math.inf, math.inf) if timed else (budget.prefill_tokens, budget.seqs)
+        background_left, others_left = math.inf if timed else budget.prefill_tokens, budget.seqs
         tally = Tally()
         planned: set[int] = set()
         for seq in sorted(self.sequences, key=lambda s: self.policy.priority(s, now)):
