@@ -150,7 +150,11 @@ class StepPlanner:
                 continue
             n = self.policy.chunk_size(seq, min(tokens_left, background_left) if background else tokens_left)
             if other and timed:
-                n = self._within(tally, seq, n, budget.step_s)
+                fits = self._within(tally, seq, n, budget.step_s)
+                if fits <= 0 and not plan.chunks:  # nothing fits, and the step is empty: the token share, so
+                    fits = min(n, budget.prefill_tokens) if background else n  # work moves and steps are timed
+                    fits = self.policy.chunk_size(seq, int(fits))
+                n = fits
                 if n <= 0:
                     continue
             if not self.grow(seq, n, plan, planned, now):

@@ -88,3 +88,13 @@ def test_shares_go_by_tokens_until_the_model_is_fitted_and_where_time_shares_are
         planner.add(request(900, INTER, arrival=0.0, first_token=1000))
         planner.live_sessions.add("call-1")
         assert run_step(planner, 0.0).num_tokens == 64
+
+
+def test_where_no_step_fits_the_budget_other_work_still_gets_its_token_share():
+    """A device (or a busy machine) on which even one token's step is over the budget: the step would carry
+    nothing, and the engine would spin without learning otherwise."""
+    planner = make_planner(max_batch_tokens=256, shard_tokens=32, live_prefill_tokens=64, live_step_s=0.1)
+    planner.costs = observed({**CPU_LIKE, "const": 0.2})
+    planner.add(request(900, INTER, arrival=0.0, first_token=1000))
+    planner.live_sessions.add("call-1")
+    assert [run_step(planner, t).num_tokens for t in (0.0, 0.1, 0.2)] == [64, 64, 64]

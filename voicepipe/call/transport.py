@@ -7,6 +7,7 @@ one per format, which the transport calls both ways; lines in this process (`tal
 events themselves.
 """
 
+import asyncio
 from typing import Protocol
 
 from voicepipe.call.client_events import ClientError
@@ -44,6 +45,7 @@ class SerializedLine:
 
     def __init__(self, line: Line, serializer: Serializer) -> None:
         self.line, self.serializer = line, serializer
+        self._lock = asyncio.Lock()  # an event's messages go out together (an audio delta next to its frame)
 
     async def recv(self) -> Inbound:
         while True:
@@ -64,8 +66,9 @@ class SerializedLine:
         return await self.line.recv()
 
     async def send(self, event: Event) -> None:
-        for message in self.serializer.render(event):
-            await self.line.send(message)
+        async with self._lock:
+            for message in self.serializer.render(event):
+                await self.line.send(message)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         await self.line.close(code, reason)

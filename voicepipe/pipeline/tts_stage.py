@@ -125,21 +125,25 @@ class TTSStage(Stage):
 
     async def _run_job(self, turn: Turn, text: str) -> Synthesized:
         """A speculative reply's sentence waits behind confirmed turns' realtime work; once its turn is
-        confirmed, one still waiting is asked for again as the turn's (the engine drops the first unstarted)."""
+        confirmed, one not yet done is asked for again as the turn's, and whichever comes first is used (the
+        other is dropped if it has not started)."""
         if not turn.speculative:
             return await self.engine.run_job(TTS_SENTENCE, text, cls=RequestClass.REALTIME,
                                              deadline=self.pacing.tts_deadline(turn))
         ahead = asyncio.ensure_future(self.engine.run_job(TTS_SENTENCE, text, cls=RequestClass.INTERACTIVE,
                                                           deadline=self.pacing.tts_deadline(turn)))
         confirmed = asyncio.ensure_future(self._confirmed.wait())
+        racing = [ahead]
         try:
             await asyncio.wait((ahead, confirmed), return_when=asyncio.FIRST_COMPLETED)
+            if not ahead.done():
+                racing.append(asyncio.ensure_future(self.engine.run_job(
+                    TTS_SENTENCE, text, cls=RequestClass.REALTIME, deadline=self.pacing.tts_deadline(turn))))
+                await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
         finally:
             confirmed.cancel()
-            if not ahead.done():
-                ahead.cancel()
-                await asyncio.gather(ahead, return_exceptions=True)
-        if not ahead.cancelled():
-            return ahead.result()
-        return await self.engine.run_job(TTS_SENTENCE, text, cls=RequestClass.REALTIME,
-                                         deadline=self.pacing.tts_deadline(turn))
+            for job in racing:
+                if not job.done():
+                    job.cancel()
+            await asyncio.gather(*racing, return_exceptions=True)
+        return next(job for job in racing if not job.cancelled()).result()
