@@ -24,18 +24,12 @@ class StepShape:
 
     @classmethod
     def of(cls, plan: StepPlan) -> "StepShape":
-        tokens = samples = decodes = prefill = pairs = context = 0
+        tally, decodes = Tally(), 0
         for chunk in plan.chunks:
-            n, start = chunk.n, chunk.start
-            tokens += n
-            samples += chunk.samples
-            if chunk.kind == "decode":
-                decodes += 1
-            else:
-                prefill += n
-            pairs += n * start + n * (n + 1) // 2
-            context += start + n
-        return cls(tokens, len(plan.chunks), samples, decodes, prefill, pairs, context)
+            tally.add(chunk.start, chunk.n, chunk.seq.num_tokens)
+            decodes += chunk.kind == "decode"
+        return cls(tally.tokens, tally.seqs, tally.samples, decodes, tally.tokens - decodes, tally.pairs,
+                   tally.context)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
