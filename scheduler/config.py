@@ -89,6 +89,11 @@ class EngineConfig:
     # on a lane of their own beside the steps, their runtimes then sized to n threads (scheduler.job_lane).
     # None: 0 in an engine built directly; the server resolves it per device (voicepipe.backends.loading).
     job_threads: int | None = None
+    # Where the engine keeps its step-cost fit (scheduler.step_cost.OnlineCost) across starts: read at start,
+    # so steps are sized by time from the first; written as it refits (at most every `step_cost_save_s`) and
+    # on close. None: learned afresh each start. The path names the machine, model and precision it is for.
+    step_cost_file: str | None = None
+    step_cost_save_s: float = 60.0
     # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to
     # leave the model where it was loaded.
     device: str | None = None

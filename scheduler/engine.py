@@ -331,7 +331,9 @@ class Engine:
         return self.planner.by_id
 
     def close(self) -> None:
-        """Stop what the engine runs beside it (the grammar worker, the job lane)."""
+        """Stop what the engine runs beside it (the grammar worker, the job lane), and keep its step-cost
+        fit for the next start."""
         self.constraints.close()
         self.lane.close()
+        self.planner.costs.save()
 

@@ -14,6 +14,10 @@ redone.
 """
 
 import json
+import logging
+import math
+import os
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +26,7 @@ import numpy as np
 
 from scheduler.step_shape import StepShape
 
+log = logging.getLogger(__name__)
 TERMS = ("const", "tokens", "samples", "seqs", "attention_pairs", "context_tokens")
 COMPUTE_TERMS = ("tokens", "attention_pairs")
 
@@ -108,7 +113,8 @@ class OnlineCost:
 
     KNEES = (0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
-    def __init__(self, window: int = 512, refit_every: int = 32, min_each: int = 8) -> None:
+    def __init__(self, window: int = 512, refit_every: int = 32, min_each: int = 8, kept_at: str | None = None,
+                 save_every_s: float = 60.0) -> None:
         self.shapes: deque[StepShape] = deque(maxlen=window)
         self.seconds: deque[float] = deque(maxlen=window)
         self.refit_every, self.min_each = refit_every, min_each
@@ -116,6 +122,9 @@ class OnlineCost:
         self.knee = 0
         self.fitted: dict | None = None  # the last fit: its coefficients, knee, steps and errors
         self._since = 0
+        self.kept_at, self.save_every_s, self._saved_at = kept_at, save_every_s, -math.inf
+        if kept_at:
+            self.resume(kept_at)
 
     @property
     def ready(self) -> bool:
@@ -136,6 +145,39 @@ class OnlineCost:
         const, per_token, per_sample, per_seq, per_pair, per_context = self.coefficients
         return (const + per_token * max(0, tokens - self.knee) + per_sample * samples + per_seq * seqs
                 + per_pair * pairs + per_context * context)
+
+    def step_seconds(self, step: StepShape) -> float:
+        """A whole step's price: what the simulator reads of a kept fit."""
+        _, *counts = features(step)
+        return self.predict(*counts)
+
+    def save(self) -> None:
+        """Keep the last fit made here at `kept_at` (written whole, then moved into place: a reader never
+        sees half of it); nothing when none is kept or none was made since the kept one was read."""
+        if not self.kept_at or self.fitted is None or "kept_from" in self.fitted:
+            return
+        self._saved_at = time.monotonic()
+        target = Path(self.kept_at)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps(self.fitted, indent=2) + "\n")
+            os.replace(partial, target)
+        except OSError as exc:  # a read-only or full cache: the engine serves on, and learns again next start
+            log.warning("cannot keep the step-cost fit at %s: %s", target, exc)
+
+    def resume(self, path: str | Path) -> bool:
+        """Start from a fit kept by an earlier run on the same machine and model, so the first steps are
+        sized by time too; the engine's own steps refit it as they come. False where none is kept (or it
+        cannot be read: a fresh start)."""
+        try:
+            kept = json.loads(Path(path).read_text())
+            coefficients = tuple(float(kept["coefficients"][t]) for t in TERMS)
+            knee = int(kept["knee_tokens"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        self.coefficients, self.knee, self.fitted = coefficients, knee, {**kept, "kept_from": str(path)}
+        return True
 
     def _varied(self) -> bool:
         prompts = sum(1 for s in self.shapes if s.prefill_tokens >= 16)
@@ -163,3 +205,5 @@ class OnlineCost:
         self.fitted = {"coefficients": dict(zip(TERMS, self.coefficients, strict=True)), "knee_tokens": self.knee,
                        "steps": len(y), "relative_error_p50": float(np.median(relative)),
                        "relative_error_p90": float(np.percentile(relative, 90))}
+        if time.monotonic() - self._saved_at >= self.save_every_s:
+            self.save()

@@ -20,16 +20,16 @@ from scheduler.step_shape import StepShape
 if TYPE_CHECKING:
     from scheduler.sim.drive import Driver, Saturated
     from scheduler.sim.recording import RecordingRunner
-    from scheduler.sim.runner import PricedRunner, virtual_engine
+    from scheduler.sim.runner import PricedRunner, priced_handler, virtual_engine
 
 # These import torch (through the engine): loaded on first use, so that a command line can read the devices
 # and the cost models without it.
 _LAZY = {"Driver": "drive", "Saturated": "drive", "RecordingRunner": "recording", "PricedRunner": "runner",
-         "virtual_engine": "runner"}
+         "priced_handler": "runner", "virtual_engine": "runner"}
 
 __all__ = ["DEVICES", "DTYPES", "DType", "Device", "Driver", "Efficiency", "FittedCost", "ModelShape", "PricedRunner",
            "RecordingRunner", "Roofline", "Saturated", "StepShape", "ThreadClock", "VirtualClock", "WallClock",
-           "virtual_engine"]
+           "priced_handler", "virtual_engine"]
 
 
 def __getattr__(name: str):

@@ -58,30 +58,37 @@ def _itemsize_dtype(itemsize: int) -> torch.dtype:
     return {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32}[itemsize]
 
 
+PricedJob = Callable[..., tuple[float, object]] | JobHandler
+
+
 def virtual_engine(shape: ModelShape, config: EngineConfig, cost: StepCost, tokenizer,
-                   jobs: dict[str, Callable[..., tuple[float, object]]] | None = None, kv_itemsize: int = 2,
+                   jobs: dict[str, PricedJob] | None = None, kv_itemsize: int = 2,
                    clock: VirtualClock | None = None) -> Engine:
     """The real engine on a virtual clock and a priced runner. Each job kind's function returns (seconds it
-    takes on the device, its value): the engine runs it between steps, by its own rules, and the clock moves
+    takes on the device, its value), or, as a handler with a `batch`, (seconds of the whole run, the values)
+    for a list of jobs' arguments: the engine runs it between steps, by its own rules, and the clock moves
     on by those seconds; or, with `config.job_threads`, on a lane beside the steps (a GPU's second stream),
     done when the clock reaches its start plus those seconds."""
     clock = clock or VirtualClock()
     runner = PricedRunner(shape, config, cost, clock, kv_itemsize)
     lane = VirtualLane(clock) if config.job_threads else None
-    handlers = {kind: JobHandler(_priced(fn, lane.timer if lane else clock)) for kind, fn in (jobs or {}).items()}
+    handlers = {kind: priced_handler(job, lane.timer if lane else clock) for kind, job in (jobs or {}).items()}
     # What the engine reads of a model besides running it: its vocabulary and how far its positions reach.
     described = SimpleNamespace(config=SimpleNamespace(vocab_size=shape.vocab,
                                                        max_position_embeddings=shape.max_positions))
     return Engine(described, tokenizer, config, handlers, runner=runner, clock=clock.now, lane=lane)
 
 
-def _priced(fn: Callable[..., tuple[float, object]], clock: VirtualClock) -> Callable[..., object]:
+def priced_handler(job: PricedJob, clock) -> JobHandler:
+    """A priced job's handler: it moves `clock` on by the price (`advance`) and returns the value(s)."""
+    handler = job if isinstance(job, JobHandler) else JobHandler(job)
+
     def run(*args):
-        seconds, value = fn(*args)
+        seconds, value = handler.fn(*args)
         clock.advance(seconds)
         return value
 
-    return run
+    return JobHandler(run, handler.batch)
 
 
 class VirtualLane:

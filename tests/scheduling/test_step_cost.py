@@ -6,8 +6,10 @@ import random
 import pytest
 from test_planner import INTER, make_planner, request, run_step
 
+from scheduler import EngineConfig, SamplingParams, Sequence
 from scheduler.step_cost import TERMS, OnlineCost
 from scheduler.step_shape import StepShape, Tally
+from voicepipe.bench.random_weights import random_engine
 
 # A device's price per step, per token, per sampled row, per sequence, per attention pair, per context token.
 CPU_LIKE = dict(zip(TERMS, (0.0045, 0.00126, 0.0, 0.00014, 1.1e-6, 2.4e-6), strict=True))
@@ -98,3 +100,56 @@ def test_where_no_step_fits_the_budget_other_work_still_gets_its_token_share():
     planner.add(request(900, INTER, arrival=0.0, first_token=1000))
     planner.live_sessions.add("call-1")
     assert [run_step(planner, t).num_tokens for t in (0.0, 0.1, 0.2)] == [64, 64, 64]
+
+
+def test_a_fit_kept_by_one_run_sizes_the_next_runs_first_steps_by_time(tmp_path):
+    """A GPU-like device's fit, kept at the path the config names: the next planner starts from it (its
+    first live-call step carries what fits in the time, not the token share), and its own steps refit it."""
+    kept = tmp_path / "fits" / "engine.json"
+    first = observed(GPU_LIKE)
+    first.kept_at, first.save_every_s = str(kept), 0.0
+    first.save()
+    planner = make_planner(max_batch_tokens=256, shard_tokens=32, live_prefill_tokens=64, live_step_s=0.1,
+                           step_cost_file=str(kept))
+    assert planner.costs.ready and planner.costs.knee == first.knee
+    planner.add(request(900, INTER, arrival=0.0, first_token=1000))
+    planner.live_sessions.add("call-1")
+    assert run_step(planner, 0.0).num_tokens == 256  # by the token share: 64
+    relearned = OnlineCost(kept_at=str(kept), save_every_s=0.0)
+    slower = {term: 3 * price for term, price in GPU_LIKE.items()}
+    rng = random.Random(7)
+    for _ in range(64):
+        step = shape(rng.choice([0, 0, 64, 128]), rng.randint(1, 24), rng.randint(20, 800))
+        relearned.observe(step, priced(step, slower))
+    assert "kept_from" not in relearned.fitted  # its own fit replaced the kept one, and is kept in turn
+    assert OnlineCost(kept_at=str(kept)).predict(64, 1, 4, 3000, 300) == pytest.approx(
+        relearned.predict(64, 1, 4, 3000, 300))
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '{"coefficients": {"const": 1}}'])
+def test_a_missing_or_unreadable_kept_fit_starts_afresh_and_a_start_that_fitted_nothing_keeps_nothing(
+        tmp_path, content):
+    kept = tmp_path / "engine.json"
+    if content is not None:
+        kept.write_text(content)
+    costs = OnlineCost(kept_at=str(kept))
+    assert not costs.ready
+    costs.save()
+    assert kept.read_text() == content if content is not None else not kept.exists()
+
+
+def test_an_engine_keeps_its_fit_on_close_and_the_next_engine_starts_sized_by_time(tmp_path):
+    kept = tmp_path / "engine-fit.json"
+    config = EngineConfig(step_cost_file=str(kept), max_batch_tokens=32, shard_tokens=16, max_batch_seqs=4)
+    engine, _ = random_engine(config, "tiny")
+    assert not engine.planner.costs.ready
+    for n in range(12):  # prompts of several chunks, and their decodes: both kinds of step
+        engine.add_request(Sequence([5 + n] * (40 + 8 * n), SamplingParams(max_tokens=8, ignore_eos=True)))
+    while engine.step():
+        pass
+    engine.close()
+    assert kept.exists() and engine.planner.costs.ready
+    again, _ = random_engine(config, "tiny")
+    assert again.planner.costs.ready and again.planner.costs.coefficients == pytest.approx(
+        engine.planner.costs.coefficients)
+    again.close()

@@ -28,10 +28,11 @@ from scheduler.sim import (
     virtual_engine,
 )
 from scheduler.step_plan import Chunk, StepPlan
+from voicepipe.backends.loading import TTS_SENTENCE
 from voicepipe.bench.random_weights import random_llm
 from voicepipe.bench.shapes import SHAPES, IdTokenizer
-from voicepipe.simulate.calls import CallLoad
-from voicepipe.simulate.costs import priced
+from voicepipe.simulate.calls import CallLoad, priced_jobs
+from voicepipe.simulate.costs import JobPrices, priced
 from voicepipe.simulate.public import compare
 from voicepipe.simulate.run import Scenario, simulate
 from voicepipe.simulate.text import TextLoad, prompt_ids, submit_text
@@ -289,3 +290,41 @@ def test_a_simulated_job_lane_runs_jobs_beside_the_steps_on_the_virtual_clock(jo
                        lambda output: ended.update(text=clock.now()) if output.finished else None)
     driver.run()
     assert ended == pytest.approx({1: 0.12, 2: 0.21, "text": 0.3} if job_threads else {1: 0.1, 2: 0.2, "text": 0.5})
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_device_that_batches_synthesis_runs_several_calls_sentences_in_one_run_priced_by_the_longest(batch):
+    """Two calls' sentences of 2 s and 1 s of speech at an RTF of 0.1: one at a time they end at 0.2 and
+    0.3 s; batched, each further sentence adds half the longest's price, so both end at 0.3 s together."""
+    prices = JobPrices(0.1, 0.1, "test", batch=batch, batch_extra=0.5)
+    clock = VirtualClock()
+    engine = virtual_engine(TINY, EngineConfig(num_slabs=2), Constant(0.03), IdTokenizer(512),
+                            jobs=priced_jobs(prices), kv_itemsize=4, clock=clock)
+    ended: dict[float, float] = {}
+    driver = Driver(engine, clock)
+    for chars in (30, 15):
+        driver.submit_job(make_job(TTS_SENTENCE, (chars,), RequestClass.REALTIME, deadline=0.0),
+                          lambda result: ended.setdefault(result.value, clock.now()))
+    driver.run()
+    assert ended == pytest.approx({2.0: 0.3, 1.0: 0.3} if batch > 1 else {2.0: 0.2, 1.0: 0.3})
+
+
+def test_cpu_measured_prices_steps_by_the_fit_the_engine_kept_serving_here(tmp_path, monkeypatch):
+    """The one cost model: what an engine serving the default model learned of its steps, kept where this
+    machine's fits are, is what `--device cpu-measured` prices that model's steps with at that precision."""
+    monkeypatch.setenv("VOICEPIPE_CACHE", str(tmp_path))
+    from voicepipe.simulate.costs import CPU, engine_kept_fit
+
+    with pytest.raises(ValueError, match="no engine has served"):
+        priced(CPU, "smollm2-135m", "int4")
+    kept = engine_kept_fit("int4")
+    assert kept.parent.parent == tmp_path  # beside the kernels' cache, named for the machine and model
+    kept.parent.mkdir(parents=True)
+    terms = {"const": 0.004, "tokens": 0.0015, "samples": 0.0, "seqs": 0.0002, "attention_pairs": 1e-6,
+             "context_tokens": 2e-6}
+    kept.write_text(json.dumps({"coefficients": terms, "knee_tokens": 0}))
+    target = priced(CPU, "smollm2-135m", "int4")
+    assert target.about["cost_model"] == "the engine's own fit"
+    step = StepShape(tokens=40, seqs=9, samples=9, decodes=8, prefill_tokens=32, attention_pairs=900,
+                     context_tokens=1200)
+    assert target.cost.step_seconds(step) == pytest.approx(0.004 + 40 * 0.0015 + 9 * 0.0002 + 900e-6 + 1200 * 2e-6)

@@ -21,7 +21,7 @@ def test_this_machines_fit_predicts_a_run_it_never_saw():
     scenario = cpu_runs.VALIDATION["fcfs"]
     model, tokenizer = cpu_runs.load_model()
     measured = measure(scenario, model, tokenizer, JOB_PRICES[CPU], **cpu_runs.engine_fields())
-    simulated = simulate(scenario, priced(CPU, cpu_runs.MODEL, cpu_runs.PRECISION))
+    simulated = simulate(scenario, priced(CPU, cpu_runs.MODEL, cpu_runs.PRECISION, fit=machine_fit_path()))
     assert simulated["steps"]["steps"] == measured["steps"]["steps"]  # all at once: the same plans
     for key in ("throughput_tok_s", "ttft_p50_s", "latency_p50_s"):
         assert simulated["text"][key] == pytest.approx(measured["text"][key], rel=0.35), key

@@ -41,7 +41,8 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=tuple(MODELS), default="llama-2-13b")
     parser.add_argument("--dtype", default="int8",
                         help="weights: int8 (W8A8), w8a16 (int8 weights, FP16 products) or fp16 on a GPU; "
-                             "int8 on cpu-measured (the engine's CPU int8, as measured)")
+                             "on cpu-measured, the precision an engine served smollm2-135m in here (its own fit, "
+                             "kept), or int8 (the calibrated fit)")
     parser.add_argument("--efficiency", choices=("low", "central", "high"), default="central",
                         help="the roofline's efficiency factors: the central estimate or an end of its range")
     parser.add_argument("--efficiency-file", metavar="FILE",

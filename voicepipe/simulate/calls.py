@@ -14,10 +14,12 @@ callers' final passes (each pass here is a job of its own, which only costs the 
 """
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from scheduler import RequestClass, SamplingParams, Sequence
-from scheduler.jobs import JobResult, make_job
+from scheduler.jobs import JobHandler, JobResult, make_job
 from scheduler.request import Output
 from scheduler.sim import Driver
 from voicepipe.backends.loading import ASR_FINAL, TTS_SENTENCE
@@ -44,6 +46,7 @@ class CallLoad:
     reply_tokens: int = 48  # what each reply runs to
     sentence_tokens: int = 16  # a sentence goes to synthesis every so many tokens
     chars_per_token: float = 4.0
+    synthesis_horizon_s: float = DEFAULT_CALL.synthesis_horizon_s  # a sentence waits while more is left to hear
     seed: int = 0
 
     def describe(self) -> dict:
@@ -148,14 +151,24 @@ class Call:
         self._synthesize(state)
 
     def _synthesize(self, state: "_Reply") -> None:
-        """One sentence at a time, in order, as the TTS stage's worker takes them."""
+        """One sentence at a time, in order, as the TTS stage's worker takes them, each once the caller has
+        no more than the horizon left to hear."""
         if state.speaking or not state.queue:
+            return
+        early = self.playback.buffered(now := self.driver.clock.now()) - self.load.synthesis_horizon_s
+        if early > 0:
+            state.speaking = True  # waiting for the horizon holds the worker as the stage's sleep does
+            self.driver.at(now + early - self.driver.start, lambda: self._horizon_reached(state))
             return
         index, text = state.queue.pop(0)
         state.speaking = True
         job = make_job(TTS_SENTENCE, (len(text),), RequestClass.REALTIME, self.pacing.tts_deadline(state.turn),
                        f"{state.turn.request_id}-tts-{index}")
         self.driver.submit_job(job, lambda result: self._spoken(state, index, text, result))
+
+    def _horizon_reached(self, state: "_Reply") -> None:
+        state.speaking = False
+        self._synthesize(state)
 
     def _spoken(self, state: "_Reply", index: int, text: str, result: JobResult) -> None:
         now = self.driver.clock.now()
@@ -212,7 +225,26 @@ def start_calls(driver: Driver, load: CallLoad, prices: JobPrices, vocab: int) -
     return calls
 
 
-def priced_jobs(prices: JobPrices) -> dict:
-    """The job kinds a call submits, priced: (device seconds, value) for the virtual engine."""
-    return {ASR_FINAL: lambda audio_s: (prices.asr_final_s, "transcript"),
-            TTS_SENTENCE: lambda chars: (prices.tts_per_audio_s * chars / CHARS_PER_S, chars / CHARS_PER_S)}
+def priced_jobs(prices: JobPrices) -> dict[str, JobHandler]:
+    """The job kinds a call submits, priced for the virtual engine: (device seconds, value), or where the
+    device runs several calls' jobs of a kind at once (`prices.batch`), (the run's seconds, each one's value)."""
+
+    def asr(audio_s: float) -> tuple[float, str]:
+        return prices.asr_final_s, "transcript"
+
+    def tts(chars: int) -> tuple[float, float]:
+        return prices.tts_per_audio_s * chars / CHARS_PER_S, chars / CHARS_PER_S
+
+    return {ASR_FINAL: _batched(asr, prices), TTS_SENTENCE: _batched(tts, prices)}
+
+
+def _batched(alone: Callable[..., tuple[float, Any]], prices: JobPrices) -> JobHandler:
+    """A priced job kind as a handler: one job a run, or up to `prices.batch` at the run's price."""
+    if prices.batch == 1:
+        return JobHandler(alone)
+
+    def run(batch: list[tuple]) -> tuple[float, list]:
+        priced = [alone(*args) for args in batch]
+        return prices.run_s([seconds for seconds, _ in priced]), [value for _, value in priced]
+
+    return JobHandler(run, prices.batch)

@@ -1,20 +1,21 @@
 """The models and devices `simulate` knows by name, and the cost model each pair is priced by.
 
-A GPU is priced by the roofline from its datasheet rates (scheduler.sim.devices); `cpu-measured` by the
-model fitted to this machine's measured steps (made by `voicepipe simulate calibrate`, at set-up or on first
-use, and cached beside the kernels), which holds only for the model, precision and machine it was measured
-on: a fit made on another CPU kind was off by 3.5x here, so none is shipped.
+A GPU is priced by the roofline from its datasheet rates (scheduler.sim.devices); `cpu-measured` by a model
+fitted to this machine's measured steps: the engine's own, kept by the last engine that served the default
+model here (refitted from its steps as it serves), else the calibrated one (made by `voicepipe simulate
+calibrate`, at set-up or on first use); both are kept beside the kernels and hold only for the model,
+precision and machine they were measured on: a fit made on another CPU kind was off by 3.5x here, so none is
+shipped.
 """
 
-import hashlib
-import os
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scheduler import EngineConfig
 from scheduler.sim import DEVICES, DTYPES, Efficiency, FittedCost, ModelShape, Roofline
+from scheduler.step_cost import OnlineCost
+from voicepipe.backends.fits import fit_path
 from voicepipe.bench.shapes import SHAPES
 
 MODELS = {"llama-2-13b": "13b", "smollm2-135m": "default", "tiny": "tiny"}  # name -> voicepipe.bench.shapes key
@@ -23,25 +24,10 @@ DEVICE_NAMES = (*DEVICES, CPU)
 FITTED = ("smollm2-135m", "int8")  # what the CPU's fit measures (voicepipe.simulate.cpu_runs)
 
 
-def _cpu_identity() -> str:
-    """The CPU's model name and feature flags, and how many cores this process may use."""
-    lines = []
-    try:
-        lines = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith(("model name", "flags"))][:2]
-    except OSError:
-        lines = [platform.processor()]
-    return " ".join([*lines, str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())])
-
-
 def machine_fit_path() -> Path:
-    """Where this machine's fit is cached: beside the kernels (`$VOICEPIPE_CACHE`, else ~/.cache/voicepipe),
-    named for the CPU, its cores and the kernels' build (their sources, torch), so another machine or new
+    """Where this machine's calibrated fit is cached (voicepipe.backends.fits), so another machine or new
     kernels fit their own."""
-    from kernels.native import cache_dir, library_path
-
-    key = hashlib.sha256(f"{_cpu_identity()} {library_path().name}".encode()).hexdigest()[:16]
-    return cache_dir().parent / "fits" / f"cpu-{FITTED[0]}-{FITTED[1]}-{key}.json"
+    return fit_path(f"cpu-{FITTED[0]}-{FITTED[1]}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +37,13 @@ class JobPrices:
     asr_final_s: float
     tts_per_audio_s: float  # seconds of device work per second of speech (a real-time factor)
     about: str
+    batch: int = 1  # jobs of a kind one run takes, several calls' at once (final passes, sentences)
+    batch_extra: float = 1.0  # each further job of a run, as a fraction of its dearest one's price
+
+    def run_s(self, prices: list[float]) -> float:
+        """One run over several jobs of a kind, each priced alone at `prices`: padded to the dearest (the
+        longest sentence), whose price each further job adds a fraction of."""
+        return max(prices) * (1 + self.batch_extra * (len(prices) - 1))
 
 
 # This CPU: DESIGN.md's measurements (Whisper tiny.en padded to the utterance plus 1-2 s: 100-180 ms for a
@@ -60,11 +53,19 @@ class JobPrices:
 # - ASR: a Whisper large-v3-turbo final pass over an utterance-length window (faster-whisper's README: 13 min of
 #   audio in 19 s on an RTX 2080 Ti, 0.7 s a 30-s window with beam 5); by the roofline its encoder over 5 s of
 #   audio is a few ms on these GPUs, so the pass is its ~10 decoder steps and launch costs (assumed 60/40 ms).
+# - Batched across calls: a GPU runs up to 8 final passes or 8 sentences at once (the engine's final passes
+#   batch as much: voicepipe.backends.loading.ASR_BATCH), each after the dearest adding a quarter of its price
+#   (assumed; Du et al., "Efficient Incremental Text-to-Speech on GPUs", arXiv 2211.13939: on one A10, 10x
+#   the requests a second raised a short text's RTF from 0.041 to 0.076, about 0.1 a further request;
+#   `simulate seed` reports 0.1-0.5). This CPU runs one job a run: Piper batched on it was slower than
+#   sentence by sentence (docs/simulator.md).
+GPU_BATCH = {"batch": 8, "batch_extra": 0.25}
 JOB_PRICES = {
     CPU: JobPrices(0.14, 0.185, "measured on this CPU (DESIGN.md): Whisper tiny.en trimmed pass, Piper RTF"),
-    "a100-80g": JobPrices(0.06, 0.022, "ASR assumed (x2); TTS PaddleSpeech FastSpeech2+HiFi-GAN on an A100"),
-    "h100": JobPrices(0.04, 0.015, "assumed (x2): the A100's, 1.5x as fast"),
-    "h200": JobPrices(0.04, 0.015, "assumed (x2): as the H100 (same compute)"),
+    "a100-80g": JobPrices(0.06, 0.022, "ASR assumed (x2); TTS PaddleSpeech FastSpeech2+HiFi-GAN on an A100",
+                          **GPU_BATCH),
+    "h100": JobPrices(0.04, 0.015, "assumed (x2): the A100's, 1.5x as fast", **GPU_BATCH),
+    "h200": JobPrices(0.04, 0.015, "assumed (x2): as the H100 (same compute)", **GPU_BATCH),
 }
 
 
@@ -90,15 +91,10 @@ def priced(device: str, model: str, dtype: str, efficiency: Efficiency | None = 
            fit: Path | None = None) -> Priced:
     shape = model_shape(model)
     if device == CPU:
-        if (model, dtype) != FITTED:
-            raise ValueError(f"the CPU's cost model is fitted on {FITTED[0]} in {FITTED[1]}, not {model} in {dtype}")
-        path = fit or machine_fit_path()
-        if not path.exists():
-            raise ValueError("this machine has no step-cost fit yet: run `voicepipe simulate calibrate` (minutes)")
-        cost = FittedCost.load(path)
+        cost, about = cpu_cost(model, dtype, fit)
         pool = {"num_slabs": EngineConfig().num_slabs}  # the engine's default, as measured
         # The CPU engine keeps its KV cache in the weights' float32, int8 weights included.
-        return Priced(shape, cost, JOB_PRICES[CPU], pool, {"cost_model": "fitted", **cost.about}, kv_itemsize=4)
+        return Priced(shape, cost, JOB_PRICES[CPU], pool, about, kv_itemsize=4)
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (choose from {', '.join(DEVICE_NAMES)})")
     if dtype not in DTYPES:
@@ -110,3 +106,32 @@ def priced(device: str, model: str, dtype: str, efficiency: Efficiency | None = 
     return Priced(shape, roofline, JOB_PRICES[device], {"kv_bytes": int(kv)},
                   {"cost_model": "roofline", **roofline.describe(), "kv_cache_gb": kv / 1e9,
                    "dtype_about": DTYPES[dtype].about})
+
+
+def cpu_cost(model: str, dtype: str, fit: Path | None = None) -> tuple[Any, dict]:
+    """This CPU's price of a step of the default model (SmolLM2-135M) in `dtype`: the fit at `fit`, else the
+    engine's own, kept here by the last engine that served it at that precision (fitted to every step it ran,
+    as it served), else the calibrated fit (int8: `voicepipe simulate calibrate`)."""
+    if model != FITTED[0]:
+        raise ValueError(f"this CPU's cost models price {FITTED[0]}, the served default, not {model}")
+    kept = engine_kept_fit(dtype)
+    if fit is None and kept.exists():
+        engine = OnlineCost(kept_at=str(kept))
+        if engine.ready:
+            return engine, {"cost_model": "the engine's own fit", **engine.fitted}
+    path = fit or machine_fit_path()
+    if fit is None and dtype != FITTED[1]:
+        raise ValueError(f"no engine has served {model} in {dtype} on this machine yet (its fit is kept at {kept}), "
+                         f"and the calibrated fit is {FITTED[1]}'s")
+    if not path.exists():
+        raise ValueError("this machine has no step-cost fit yet: run `voicepipe simulate calibrate` (minutes)")
+    cost = FittedCost.load(path)
+    return cost, {"cost_model": "fitted", **cost.about}
+
+
+def engine_kept_fit(dtype: str) -> Path:
+    """Where an engine serving the default model in `dtype` on this CPU, with the server's default threads,
+    keeps its fit (voicepipe.backends.loading.engine_config)."""
+    from voicepipe.backends.loading import ModelOptions, engine_config
+
+    return Path(engine_config(ModelOptions(device="cpu", llm_precision=dtype)).step_cost_file)

@@ -1,5 +1,6 @@
 """The runs this CPU is measured on: the calibration set the step-cost fit reads, and the validation set it
-never sees (other arrival processes and rates, both knobs at two settings, the three policies, calls).
+never sees (other arrival processes and rates, both knobs at two settings, the three policies, calls), and
+workloads unlike the calibration in kind (bursts, long outputs, prompts chunked at a small budget, calls).
 
 The model is SmolLM2-135M's shape with seeded random weights (`voicepipe.bench.random_weights`): a step
 costs what the embedded model's would, without loading the GGUF, and every request runs to its length.
@@ -53,7 +54,24 @@ VALIDATION = {
                            calls=CallLoad(calls=2, turns=3, reply_tokens=24, question_tokens=16, sentence_tokens=8,
                                           instructions_tokens=64, seed=5), max_wait_s=None),
 }
-QUICK = ("all-at-once", "poisson-3/s", "tokens=64", "static", "calls+text")
+# Unlike the calibration in kind, not only in seed: arrivals in bursts, outputs five times the calibration's
+# longest, prompts longer than a step's budget chunked at a small one, and more calls than text.
+UNLIKE = {
+    "bursts": Scenario("o4", {}, TextLoad("burst", rate=1.5, duration_s=20.0, requests=18, burst_size=6,
+                                          prompt_tokens=(32, 160), output_tokens=(8, 48), seed=21), max_wait_s=None),
+    "fcfs-long-out": Scenario("fcfs", {}, TextLoad("poisson", rate=0.5, duration_s=16.0, requests=8,
+                                                   prompt_tokens=(16, 64), output_tokens=(120, 200), seed=22),
+                              max_wait_s=None),
+    "long-prompts": Scenario("o4", {"max_batch_tokens": 48}, TextLoad("all_at_once", requests=4,
+                                                                     prompt_tokens=(400, 600), output_tokens=(4, 12),
+                                                                     seed=23), max_wait_s=None),
+    "3-calls+text": Scenario("o4", {}, TextLoad("poisson", rate=0.3, duration_s=20.0, requests=6,
+                                                prompt_tokens=(32, 128), output_tokens=(16, 64), seed=24),
+                             calls=CallLoad(calls=3, turns=3, reply_tokens=32, question_tokens=16, sentence_tokens=8,
+                                            instructions_tokens=96, seed=6), max_wait_s=None),
+}
+VALIDATION.update(UNLIKE)
+QUICK = ("all-at-once", "poisson-3/s", "tokens=64", "static", "calls+text", *UNLIKE)
 
 
 def calibration_set() -> dict[str, Scenario]:

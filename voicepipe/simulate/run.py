@@ -12,8 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler import EngineConfig, RequestClass
-from scheduler.jobs import JobHandler
-from scheduler.sim import Driver, RecordingRunner, ThreadClock, VirtualClock, WallClock, virtual_engine
+from scheduler.sim import Driver, RecordingRunner, ThreadClock, VirtualClock, WallClock, priced_handler, virtual_engine
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.shapes import IdTokenizer
 from voicepipe.bench.workload import WorkItem
@@ -71,7 +70,7 @@ def measure(scenario: Scenario, model: Any, tokenizer: Any, prices: JobPrices, c
     what a fit reads. The clock is the engine thread's CPU time (`ThreadClock`) unless one is given: on cores
     other work shares, that is the time the steps took this machine, not the time the others took."""
     clock = clock or ThreadClock()
-    jobs = {kind: JobHandler(_stand_in(fn, clock)) for kind, fn in priced_jobs(prices).items()}
+    jobs = {kind: priced_handler(job, _StandIn(clock)) for kind, job in priced_jobs(prices).items()}
     from scheduler import Engine
     from scheduler.model.runner import ModelRunner
 
@@ -123,15 +122,15 @@ def _warm_up(engine, runner: RecordingRunner) -> None:
     runner.shapes.clear()
 
 
-def _stand_in(fn, clock):
-    """A job that holds the engine for its price, as the device work it stands for would: asleep on the wall
-    clock, or moving a work-counting clock on."""
-    def run(*args):
-        seconds, value = fn(*args)
-        if isinstance(clock, WallClock):
+class _StandIn:
+    """Holds the engine for a job's price, as the device work it stands for would: asleep on the wall clock,
+    or moving a work-counting clock on."""
+
+    def __init__(self, clock) -> None:
+        self.clock = clock
+
+    def advance(self, seconds: float) -> None:
+        if isinstance(self.clock, WallClock):
             time.sleep(seconds)
         else:
-            clock.advance(seconds)
-        return value
-
-    return run
+            self.clock.advance(seconds)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from scheduler.policies import POLICIES
 from scheduler.sim import Efficiency
 from voicepipe.simulate.calls import CallLoad
-from voicepipe.simulate.costs import JobPrices, model_shape, priced
+from voicepipe.simulate.costs import model_shape, priced
 from voicepipe.simulate.run import Scenario, simulate
 from voicepipe.simulate.text import SEED
 
@@ -31,6 +31,10 @@ SLO = (2.0, 0.1)
 # CPU, where 64 tokens take over a tenth of a second; on an H100 1,024 take ~10 ms, hence the hand-sized
 # GPU shares. By time (o4 as it is) the same step seconds fit both.
 BY_TOKENS = {"time_shares": False}
+# The price of a GPU's run over several calls' final passes or sentences, across the band it is assumed in
+# (voicepipe.simulate.costs.GPU_BATCH), and without batching.
+BATCH_BAND = {"one job a run": {"batch": 1}, "a further job 0.1 of the dearest": {"batch_extra": 0.1},
+              "0.25 (the default)": {"batch_extra": 0.25}, "0.5": {"batch_extra": 0.5}}
 GPU_TOKENS = {**BY_TOKENS, "live_prefill_tokens": 1024, "realtime_prefill_tokens": 512}
 
 
@@ -100,14 +104,14 @@ def voice_policies() -> list[tuple[str, str, dict]]:
 
 
 def voice(device: str, text_rate: float, calls_grid: list[int], duration_s: float, turns: int,
-          tts_scale: float = 1.0) -> list[dict]:
-    """Calls beside the seed's text traffic at `text_rate`, per policy (o4 as it is, and sized for a GPU)."""
+          jobs: dict | None = None, policies: list[tuple[str, str, dict]] | None = None) -> list[dict]:
+    """Calls beside the seed's text traffic at `text_rate`, per policy (o4 as it is, and sized for a GPU);
+    `jobs` changes the device's job prices (`JobPrices` fields)."""
     target = priced(device, "llama-2-13b", "int8")
-    if tts_scale != 1.0:
-        target.jobs = JobPrices(target.jobs.asr_final_s, target.jobs.tts_per_audio_s * tts_scale, target.jobs.about)
+    target.jobs = replace(target.jobs, **(jobs or {}))
     rows = []
     for calls in calls_grid:
-        for name, policy, engine in voice_policies():
+        for name, policy, engine in policies or voice_policies():
             s = scenario(policy, text_rate, duration_s, calls=CallLoad(calls=calls, turns=turns), engine=engine)
             report = simulate(s, target)
             c, t = report["calls"], report["text"]
@@ -149,6 +153,11 @@ def experiment(quick: bool = False) -> dict:
     report["voice"] = {"device": "h100", "text_rate_per_s": round(0.5 * h100, 2),
                        "rows": voice("h100", round(0.5 * h100, 2), grid, 40.0 if quick else 90.0, 3 if quick else 4)}
     report["voice"]["most_calls"] = {name: most_calls(report["voice"]["rows"], name) for name, _, _ in voice_policies()}
+    if not quick:  # a batch's price is assumed: the calls the lane holds across its band
+        lane = [p for p in voice_policies() if p[0] == "o4-lane"]
+        report["voice"]["lane_by_batch"] = {
+            label: most_calls(voice("h100", round(0.5 * h100, 2), [48, 64, 72, 80, 96], 90.0, 4, jobs, lane), "o4-lane")
+            for label, jobs in BATCH_BAND.items()}
     return report
 
 
@@ -198,6 +207,8 @@ def print_experiment(report: dict) -> None:
     v = report["voice"]
     print(f"\nvoice on one H100 beside {v['text_rate_per_s']}/s of the seed's text traffic: calls held with >= 99% "
           "of turns on time: " + ", ".join(f"{p} {n}" for p, n in v["most_calls"].items()))
+    for label, calls in v.get("lane_by_batch", {}).items():
+        print(f"  o4-lane with its jobs batched across calls, {label}: {calls} calls")
     for r in v["rows"]:
         print(f"  {r['calls']:4d} calls {r['policy']:12} on time {r['on_time_rate']:6.1%}  TTFA p50 "
               f"{r['ttfa_p50_s']:.2f} s p99 {r['ttfa_p99_s']:.2f} s  text {r['text_req_s']:.2f} req/s, TTFT p99 "

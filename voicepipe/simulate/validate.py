@@ -31,9 +31,11 @@ from voicepipe.simulate.run import simulate
 log = logging.getLogger(__name__)
 FIGURES = (("text", "throughput_tok_s"), ("text", "ttft_p50_s"), ("text", "ttft_p99_s"), ("text", "latency_p50_s"),
            ("text", "latency_p99_s"), ("calls", "ttfa_p50_s"), ("calls", "ttfa_p99_s"), ("calls", "on_time_rate"))
-# What the simulator is held to: 10% on throughput and the p50s, 20% on the p99s.
+# What the simulator is held to: 10% on throughput and the p50s, 20% on the p99s, 5 points on the share of
+# turns on time (a share is compared by its difference, not relatively).
 TARGETS = {"throughput_tok_s": 0.10, "ttft_p50_s": 0.10, "latency_p50_s": 0.10, "ttft_p99_s": 0.20,
-           "latency_p99_s": 0.20, "ttfa_p50_s": 0.10, "ttfa_p99_s": 0.20, "on_time_rate": 0.10}
+           "latency_p99_s": 0.20, "ttfa_p50_s": 0.10, "ttfa_p99_s": 0.20, "on_time_rate": 0.05}
+SHARES = {"on_time_rate"}
 
 
 def validate(names: tuple[str, ...] | None = None) -> dict:
@@ -84,25 +86,35 @@ def compare_runs(name: str, runs: list[dict], simulated: dict, load: float, spee
             values = [r[part][key] for r in runs]
             m, s = float(np.mean(values)), simulated[part][key]
             row["measured"][key], row["simulated"][key] = m, s
-            row["differences"][key] = (s - m) / m if m else (0.0 if s == m else float("inf"))
-            row["noise"][key] = (max(values) - min(values)) / m if m else 0.0
+            spread = max(values) - min(values)
+            if key in SHARES:
+                row["differences"][key], row["noise"][key] = s - m, spread
+            else:
+                row["differences"][key] = (s - m) / m if m else (0.0 if s == m else float("inf"))
+                row["noise"][key] = spread / m if m else 0.0
     row["steps"] = {"measured": [r["steps"]["steps"] for r in runs], "simulated": simulated["steps"]["steps"]}
     return row
 
 
 def print_validation(report: dict) -> None:
     print("\nthis CPU, measured (mean of two runs) vs simulated, on runs the fit never saw; diff = (sim - measured)"
-          " / measured; noise = how far apart the two measured runs were")
-    print(f"{'scenario':13}{'figure':18}{'measured':>10}{'simulated':>11}{'diff':>8}{'noise':>8}  within target")
+          " / measured\n(the on-time share: sim - measured, in points); noise = how far apart the two measured runs"
+          " were")
+    print("unscaled = the same simulation with the fit as calibrated, not rescaled by the probe beside the run")
+    print(f"{'scenario':14}{'figure':18}{'measured':>10}{'simulated':>11}{'diff':>8}{'unscaled':>10}{'noise':>8}"
+          "  within target")
     for row in report["rows"]:
         for key, diff in row["differences"].items():
             ok = abs(diff) <= TARGETS[key]
-            print(f"{row['scenario']:13}{key:18}{row['measured'][key]:10.3f}{row['simulated'][key]:11.3f}"
-                  f"{diff:+8.1%}{row['noise'][key]:8.1%}  {'yes' if ok else 'NO'}")
+            print(f"{row['scenario']:14}{key:18}{row['measured'][key]:10.3f}{row['simulated'][key]:11.3f}"
+                  f"{diff:+8.1%}{row['differences_unscaled'][key]:+10.1%}{row['noise'][key]:8.1%}"
+                  f"  {'yes' if ok else 'NO'}")
         steps = row["steps"]
-        print(f"{'':13}{'steps':18}{'/'.join(map(str, steps['measured'])):>10}{steps['simulated']:11d}"
+        print(f"{'':14}{'steps':18}{'/'.join(map(str, steps['measured'])):>10}{steps['simulated']:11d}"
               f"   load average {row['load_average']:.1f}; time x{row['speed_factor'][0]:.2f} (products), "
               f"x{row['speed_factor'][1]:.2f} (the rest) of the fit's")
-    diffs = [abs(d) for row in report["rows"] for d in row["differences"].values()]
-    within = sum(abs(d) <= TARGETS[k] for row in report["rows"] for k, d in row["differences"].items())
-    print(f"{within} of {len(diffs)} figures within target; median |diff| {np.median(diffs):.1%}")
+    for label, part in (("scaled by the probe", "differences"), ("unscaled", "differences_unscaled")):
+        diffs = [abs(d) for row in report["rows"] for d in row[part].values()]
+        within = sum(abs(d) <= TARGETS[k] for row in report["rows"] for k, d in row[part].items())
+        print(f"{label}: {within} of {len(diffs)} figures within target; median |diff| {np.median(diffs):.1%}, "
+              f"largest {max(diffs):.1%}")

@@ -1,0 +1,39 @@
+"""Where step-cost fits are kept on this machine: beside the kernels (`$VOICEPIPE_CACHE`, else
+~/.cache/voicepipe), each named for what it holds for: the CPU (its model name, flags and the cores this
+process may use), the kernels' build (their sources, torch), and, for an engine's own fit, the model,
+precision and device it served. Another machine, new kernels or another model fit their own."""
+
+import hashlib
+import os
+import platform
+from pathlib import Path
+
+
+def machine_identity() -> str:
+    """The CPU's model name and feature flags, how many cores this process may use, and the kernels' build."""
+    from kernels.native import library_path
+
+    lines = []
+    try:
+        lines = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = [platform.processor()]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return " ".join([*lines, str(cores), library_path().name])
+
+
+def fit_path(name: str, *about: str) -> Path:
+    """`fits/{name}-{key}.json`, the key a digest of this machine and of `about`."""
+    from kernels.native import cache_dir
+
+    key = hashlib.sha256(" ".join((machine_identity(), *about)).encode()).hexdigest()[:16]
+    return cache_dir().parent / "fits" / f"{name}-{key}.json"
+
+
+def engine_fit_path(model: Path, precision: str | None, device: str | None, *about: str) -> Path:
+    """Where an engine serving `model` (a resolved GGUF file or checkpoint) keeps its own step-cost fit;
+    `about` names what else sets a step's speed (its threads)."""
+    stat = model.stat()
+    return fit_path(f"engine-{model.stem}-{precision or 'default'}-{device or 'cpu'}",
+                    str(model.resolve()), str(stat.st_size), str(int(stat.st_mtime)), *about)
