@@ -328,3 +328,27 @@ def test_cpu_measured_prices_steps_by_the_fit_the_engine_kept_serving_here(tmp_p
     step = StepShape(tokens=40, seqs=9, samples=9, decodes=8, prefill_tokens=32, attention_pairs=900,
                      context_tokens=1200)
     assert target.cost.step_seconds(step) == pytest.approx(0.004 + 40 * 0.0015 + 9 * 0.0002 + 900e-6 + 1200 * 2e-6)
+
+
+@pytest.mark.parametrize("horizon_s", [4.0, 1000.0])
+def test_a_simulated_reply_is_synthesized_no_further_ahead_than_the_horizon(monkeypatch, horizon_s):
+    """Ten sentences of about 4 s of speech each: with a 4 s horizon each waits until the caller has at
+    most that left to hear (one about every 4 s), as the TTS stage does; without one each goes as the model
+    writes it (all within the reply's 1.5 s of decoding)."""
+    asked: list[float] = []
+    submit = Driver.submit_job
+
+    def recorded(driver, job, on_result):
+        if job.kind == TTS_SENTENCE:
+            asked.append(driver.clock.now())
+        submit(driver, job, on_result)
+
+    monkeypatch.setattr(Driver, "submit_job", recorded)
+    load = CallLoad(calls=1, turns=1, reply_tokens=160, sentence_tokens=16, synthesis_horizon_s=horizon_s)
+    simulate(Scenario("o4", calls=load), priced("h100", "llama-2-13b", "int8"))
+    spread = [t - asked[0] for t in asked]
+    assert len(asked) == 10
+    if horizon_s < 100:
+        assert sum(t < 5.0 for t in spread) <= 3 and spread[-1] > 25.0
+    else:
+        assert spread[-1] < 2.0
