@@ -57,8 +57,8 @@ class JobPrices:
 #   batch as much: voicepipe.backends.loading.ASR_BATCH), each after the dearest adding a quarter of its price
 #   (assumed; Du et al., "Efficient Incremental Text-to-Speech on GPUs", arXiv 2211.13939: on one A10, 10x
 #   the requests a second raised a short text's RTF from 0.041 to 0.076, about 0.1 a further request;
-#   `simulate seed` reports 0.1-0.5). This CPU runs one job a run: Piper batched on it was slower than
-#   sentence by sentence (docs/simulator.md).
+#   `simulate seed` reports 0.1-0.5). This CPU's jobs are priced one a run: Piper batched on it took as long
+#   as sentence by sentence or longer (docs/simulator.md), and a final pass is priced as DESIGN.md measured it.
 GPU_BATCH = {"batch": 8, "batch_extra": 0.25}
 JOB_PRICES = {
     CPU: JobPrices(0.14, 0.185, "measured on this CPU (DESIGN.md): Whisper tiny.en trimmed pass, Piper RTF"),
