@@ -91,7 +91,8 @@ class EngineConfig:
     job_threads: int | None = None
     # Where the engine keeps its step-cost fit (scheduler.step_cost.OnlineCost) across starts: read at start,
     # so steps are sized by time from the first; written as it refits (at most every `step_cost_save_s`) and
-    # on close. None: learned afresh each start. The path names the machine, model and precision it is for.
+    # on close. None or "": learned afresh each start (a served engine's is set by the server, "" kept as
+    # none). The path names the machine, model and precision it is for.
     step_cost_file: str | None = None
     step_cost_save_s: float = 60.0
     # Where the model and its KV cache live: "auto" (CUDA when torch sees one), "cpu", "cuda", or None to

@@ -33,7 +33,7 @@ class StepPlanner:
         self.expected: dict[str, float] = {}  # calls whose caller may be finishing -> until when
         self.steps_planned = 0
         # what a step takes here, from the engine's own steps (and those of its last run here, where kept)
-        self.costs = OnlineCost(kept_at=config.step_cost_file, save_every_s=config.step_cost_save_s)
+        self.costs = OnlineCost(kept_at=config.step_cost_file or None, save_every_s=config.step_cost_save_s)
         self.policy = make_policy(config.policy, self)
 
     def add(self, seq: Sequence, waits_for_grammar: bool = False) -> None:

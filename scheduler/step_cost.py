@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -122,7 +123,12 @@ class OnlineCost:
         self.knee = 0
         self.fitted: dict | None = None  # the last fit: its coefficients, knee, steps and errors
         self._since = 0
-        self.kept_at, self.save_every_s, self._saved_at = kept_at, save_every_s, -math.inf
+        # A fit is kept once it has read a quarter of its window: a start that ran a few dozen steps (a short
+        # test, a bench's first moments) does not replace one that read hundreds.
+        self.kept_at, self.save_every_s, self.keep_steps = kept_at, save_every_s, max(min_each * 2, window // 4)
+        self._saved_at = time.monotonic()
+        self._resumed = False  # the fit in force is the kept one, not yet refitted here
+        self._warned = False
         if kept_at:
             self.resume(kept_at)
 
@@ -153,30 +159,39 @@ class OnlineCost:
 
     def save(self) -> None:
         """Keep the last fit made here at `kept_at` (written whole, then moved into place: a reader never
-        sees half of it); nothing when none is kept or none was made since the kept one was read."""
-        if not self.kept_at or self.fitted is None or "kept_from" in self.fitted:
+        sees half of it); nothing when none is kept, when the fit in force is the kept one, or when it read
+        fewer than `keep_steps` steps."""
+        if not self.kept_at or self.fitted is None or self._resumed or self.fitted["steps"] < self.keep_steps:
             return
         self._saved_at = time.monotonic()
         target = Path(self.kept_at)
+        partial = None
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text(json.dumps(self.fitted, indent=2) + "\n")
+            with tempfile.NamedTemporaryFile("w", dir=target.parent, suffix=".tmp", delete=False) as f:
+                partial = Path(f.name)
+                f.write(json.dumps(self.fitted, indent=2) + "\n")
             os.replace(partial, target)
         except OSError as exc:  # a read-only or full cache: the engine serves on, and learns again next start
-            log.warning("cannot keep the step-cost fit at %s: %s", target, exc)
+            if partial is not None:
+                partial.unlink(missing_ok=True)
+            if not self._warned:
+                self._warned = True
+                log.warning("cannot keep the step-cost fit at %s: %s", target, exc)
 
     def resume(self, path: str | Path) -> bool:
         """Start from a fit kept by an earlier run on the same machine and model, so the first steps are
-        sized by time too; the engine's own steps refit it as they come. False where none is kept (or it
-        cannot be read: a fresh start)."""
+        sized by time too; the engine's own steps refit it as they come. False where none is kept or it
+        cannot be used (unreadable, a term missing, negative or not finite): a fresh start."""
         try:
             kept = json.loads(Path(path).read_text())
             coefficients = tuple(float(kept["coefficients"][t]) for t in TERMS)
             knee = int(kept["knee_tokens"])
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        self.coefficients, self.knee, self.fitted = coefficients, knee, {**kept, "kept_from": str(path)}
+        if not all(math.isfinite(c) and c >= 0 for c in coefficients) or knee < 0:
+            return False
+        self.coefficients, self.knee, self.fitted, self._resumed = coefficients, knee, kept, True
         return True
 
     def _varied(self) -> bool:
@@ -205,5 +220,6 @@ class OnlineCost:
         self.fitted = {"coefficients": dict(zip(TERMS, self.coefficients, strict=True)), "knee_tokens": self.knee,
                        "steps": len(y), "relative_error_p50": float(np.median(relative)),
                        "relative_error_p90": float(np.percentile(relative, 90))}
+        self._resumed = False
         if time.monotonic() - self._saved_at >= self.save_every_s:
             self.save()

@@ -7,6 +7,7 @@ simulated requests ignore the end token and run to their lengths, as the benches
 
 from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Protocol
 
 import torch
 
@@ -79,7 +80,13 @@ def virtual_engine(shape: ModelShape, config: EngineConfig, cost: StepCost, toke
     return Engine(described, tokenizer, config, handlers, runner=runner, clock=clock.now, lane=lane)
 
 
-def priced_handler(job: PricedJob, clock) -> JobHandler:
+class Advancing(Protocol):
+    """What a priced job moves on by its price: the virtual clock, the lane's timer, a bench's stand-in."""
+
+    def advance(self, seconds: float) -> None: ...
+
+
+def priced_handler(job: PricedJob, clock: Advancing) -> JobHandler:
     """A priced job's handler: it moves `clock` on by the price (`advance`) and returns the value(s)."""
     handler = job if isinstance(job, JobHandler) else JobHandler(job)
 

@@ -4,6 +4,7 @@ command. Fast tests only here; tests/simulator/test_simulate_validation.py measu
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -313,11 +314,12 @@ def test_cpu_measured_prices_steps_by_the_fit_the_engine_kept_serving_here(tmp_p
     """The one cost model: what an engine serving the default model learned of its steps, kept where this
     machine's fits are, is what `--device cpu-measured` prices that model's steps with at that precision."""
     monkeypatch.setenv("VOICEPIPE_CACHE", str(tmp_path))
-    from voicepipe.simulate.costs import CPU, engine_kept_fit
+    from voicepipe.backends.loading import ModelOptions, engine_config
+    from voicepipe.simulate.costs import CPU
 
     with pytest.raises(ValueError, match="no engine has served"):
         priced(CPU, "smollm2-135m", "int4")
-    kept = engine_kept_fit("int4")
+    kept = Path(engine_config(ModelOptions(device="cpu", llm_precision="int4")).step_cost_file)  # as served
     assert kept.parent.parent == tmp_path  # beside the kernels' cache, named for the machine and model
     kept.parent.mkdir(parents=True)
     terms = {"const": 0.004, "tokens": 0.0015, "samples": 0.0, "seqs": 0.0002, "attention_pairs": 1e-6,

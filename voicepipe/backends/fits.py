@@ -1,7 +1,8 @@
 """Where step-cost fits are kept on this machine: beside the kernels (`$VOICEPIPE_CACHE`, else
 ~/.cache/voicepipe), each named for what it holds for: the CPU (its model name, flags and the cores this
 process may use), the kernels' build (their sources, torch), and, for an engine's own fit, the model,
-precision and device it served. Another machine, new kernels or another model fit their own."""
+precision, device (a GPU by name) and threads it served with. Another machine, new kernels or another
+model fit their own."""
 
 import hashlib
 import os
@@ -13,7 +14,6 @@ def machine_identity() -> str:
     """The CPU's model name and feature flags, how many cores this process may use, and the kernels' build."""
     from kernels.native import library_path
 
-    lines = []
     try:
         lines = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
                  if line.startswith(("model name", "flags"))][:2]
@@ -31,9 +31,13 @@ def fit_path(name: str, *about: str) -> Path:
     return cache_dir().parent / "fits" / f"{name}-{key}.json"
 
 
-def engine_fit_path(model: Path, precision: str | None, device: str | None, *about: str) -> Path:
+def engine_fit_path(model: Path, precision: str, device: str, *about: str) -> Path:
     """Where an engine serving `model` (a resolved GGUF file or checkpoint) keeps its own step-cost fit;
-    `about` names what else sets a step's speed (its threads)."""
+    `about` names what else sets a step's speed (its threads). On CUDA the GPU is named too."""
     stat = model.stat()
-    return fit_path(f"engine-{model.stem}-{precision or 'default'}-{device or 'cpu'}",
-                    str(model.resolve()), str(stat.st_size), str(int(stat.st_mtime)), *about)
+    if device == "cuda":
+        import torch
+
+        about = (*about, torch.cuda.get_device_name(), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    return fit_path(f"engine-{model.stem}-{precision}-{device}", str(model.resolve()), str(stat.st_size),
+                    str(int(stat.st_mtime)), *about)

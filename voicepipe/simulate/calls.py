@@ -5,12 +5,13 @@ caller's speech the final ASR pass runs as a REALTIME job (deadline: the end of 
 starts a REALTIME request in the call's session (the conversation so far stays in the KV cache), due
 by the pipeline's own `Pacing` (time to first audio before any audio, then when the caller's buffered
 audio runs out); every `sentence_tokens` tokens a sentence goes to synthesis as a REALTIME job, one at a
-time, due when the caller's audio runs out; its audio plays on the caller's `PlaybackClock`. A turn is
-on time when its first audio is sent by its deadline (end of speech + `ttfa_s`), as the output stage
-judges it. The caller speaks again `think_s` after the reply's audio ends.
+time and each once the caller has no more than `synthesis_horizon_s` left to hear, due when the caller's
+audio runs out; its audio plays on the caller's `PlaybackClock`. Where the device's prices say so
+(`JobPrices.batch`), final passes and sentences due together run as one batch, as the engine's handlers
+take them. A turn is on time when its first audio is sent by its deadline (end of speech + `ttfa_s`), as
+the output stage judges it. The caller speaks again `think_s` after the reply's audio ends.
 
-Left out: partial transcripts, speculative replies started at the pause, barge-in, and batching of
-callers' final passes (each pass here is a job of its own, which only costs the calls).
+Left out: partial transcripts, speculative replies started at the pause, and barge-in.
 """
 
 import random

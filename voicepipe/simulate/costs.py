@@ -10,13 +10,16 @@ shipped.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler import EngineConfig
 from scheduler.sim import DEVICES, DTYPES, Efficiency, FittedCost, ModelShape, Roofline
 from scheduler.step_cost import OnlineCost
 from voicepipe.backends.fits import fit_path
 from voicepipe.bench.shapes import SHAPES
+
+if TYPE_CHECKING:
+    from scheduler.sim.runner import StepCost
 
 MODELS = {"llama-2-13b": "13b", "smollm2-135m": "default", "tiny": "tiny"}  # name -> voicepipe.bench.shapes key
 CPU = "cpu-measured"
@@ -108,30 +111,32 @@ def priced(device: str, model: str, dtype: str, efficiency: Efficiency | None = 
                    "dtype_about": DTYPES[dtype].about})
 
 
-def cpu_cost(model: str, dtype: str, fit: Path | None = None) -> tuple[Any, dict]:
+def cpu_cost(model: str, dtype: str, fit: Path | None = None) -> tuple["StepCost", dict]:
     """This CPU's price of a step of the default model (SmolLM2-135M) in `dtype`: the fit at `fit`, else the
-    engine's own, kept here by the last engine that served it at that precision (fitted to every step it ran,
-    as it served), else the calibrated fit (int8: `voicepipe simulate calibrate`)."""
+    engine's own (`served_fit`), else the calibrated fit (int8: `voicepipe simulate calibrate`)."""
     if model != FITTED[0]:
         raise ValueError(f"this CPU's cost models price {FITTED[0]}, the served default, not {model}")
-    kept = engine_kept_fit(dtype)
-    if fit is None and kept.exists():
-        engine = OnlineCost(kept_at=str(kept))
-        if engine.ready:
-            return engine, {"cost_model": "the engine's own fit", **engine.fitted}
-    path = fit or machine_fit_path()
+    if fit is None and (served := served_fit(dtype)) is not None:
+        return served, {"cost_model": "the engine's own fit", **served.fitted}
     if fit is None and dtype != FITTED[1]:
-        raise ValueError(f"no engine has served {model} in {dtype} on this machine yet (its fit is kept at {kept}), "
-                         f"and the calibrated fit is {FITTED[1]}'s")
+        raise ValueError(f"no engine has served {model} in {dtype} on this machine yet, and the calibrated fit "
+                         f"is {FITTED[1]}'s")
+    path = fit or machine_fit_path()
     if not path.exists():
         raise ValueError("this machine has no step-cost fit yet: run `voicepipe simulate calibrate` (minutes)")
     cost = FittedCost.load(path)
     return cost, {"cost_model": "fitted", **cost.about}
 
 
-def engine_kept_fit(dtype: str) -> Path:
-    """Where an engine serving the default model in `dtype` on this CPU, with the server's default threads,
-    keeps its fit (voicepipe.backends.loading.engine_config)."""
-    from voicepipe.backends.loading import ModelOptions, engine_config
+def served_fit(dtype: str) -> OnlineCost | None:
+    """The fit an engine kept here serving the default model in `dtype` on this CPU with the server's default
+    threads (refitted to every step it ran, as it served); None where none is kept or can be used."""
+    from voicepipe.backends.loading import ModelOptions, job_threads, kept_fit_path
+    from voicepipe.backends.models import ModelError
 
-    return Path(engine_config(ModelOptions(device="cpu", llm_precision=dtype)).step_cost_file)
+    try:
+        path = kept_fit_path(ModelOptions(), "cpu", dtype, job_threads(EngineConfig(), "cpu"))
+    except ModelError:
+        return None
+    engine = OnlineCost(kept_at=str(path))
+    return engine if engine.ready else None

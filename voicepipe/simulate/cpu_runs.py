@@ -54,8 +54,8 @@ VALIDATION = {
                            calls=CallLoad(calls=2, turns=3, reply_tokens=24, question_tokens=16, sentence_tokens=8,
                                           instructions_tokens=64, seed=5), max_wait_s=None),
 }
-# Unlike the calibration in kind, not only in seed: arrivals in bursts, outputs five times the calibration's
-# longest, prompts longer than a step's budget chunked at a small one, and more calls than text.
+# Unlike the calibration in kind, not only in seed: arrivals in bursts, outputs three to five times the
+# calibration's longest, prompts of 400-600 tokens chunked at a small budget, and more calls than text.
 UNLIKE = {
     "bursts": Scenario("o4", {}, TextLoad("burst", rate=1.5, duration_s=20.0, requests=18, burst_size=6,
                                           prompt_tokens=(32, 160), output_tokens=(8, 48), seed=21), max_wait_s=None),

@@ -126,7 +126,7 @@ class _StandIn:
     """Holds the engine for a job's price, as the device work it stands for would: asleep on the wall clock,
     or moving a work-counting clock on."""
 
-    def __init__(self, clock) -> None:
+    def __init__(self, clock: WallClock | ThreadClock | VirtualClock) -> None:
         self.clock = clock
 
     def advance(self, seconds: float) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from scheduler.policies import POLICIES
 from scheduler.sim import Efficiency
 from voicepipe.simulate.calls import CallLoad
-from voicepipe.simulate.costs import CPU, FITTED, engine_kept_fit, priced
+from voicepipe.simulate.costs import CPU, FITTED, priced, served_fit
 from voicepipe.simulate.report import print_runs, save
 from voicepipe.simulate.run import Scenario, simulate
 from voicepipe.simulate.text import SEED, TextLoad, trace_items
@@ -51,7 +51,7 @@ def efficiency(args: argparse.Namespace) -> Efficiency:
 
 
 def run_scenarios(args: argparse.Namespace) -> int:
-    if args.device == CPU and (args.model, args.dtype) == FITTED and not engine_kept_fit(args.dtype).exists():
+    if args.device == CPU and (args.model, args.dtype) == FITTED and served_fit(args.dtype) is None:
         from voicepipe.simulate.calibrate import machine_fit
 
         machine_fit()  # no engine has served here yet: the calibrated fit, made on first use where set-up did not

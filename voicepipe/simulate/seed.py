@@ -149,14 +149,15 @@ def experiment(quick: bool = False) -> dict:
                                      "ratio_by_seed": by_seed, "capacity_by_efficiency": bands,
                                      "p99_where_static_keeps_up": p99_comparison(rows)}
     h100 = report["devices"]["h100"]["capacity"]["o4"]["requests_per_s"]
-    grid = [4, 16, 32] if quick else [8, 16, 24, 32, 48, 64]
+    grid = [4, 16, 32] if quick else [8, 16, 24, 32, 40, 48, 64, 72]
     report["voice"] = {"device": "h100", "text_rate_per_s": round(0.5 * h100, 2),
                        "rows": voice("h100", round(0.5 * h100, 2), grid, 40.0 if quick else 90.0, 3 if quick else 4)}
     report["voice"]["most_calls"] = {name: most_calls(report["voice"]["rows"], name) for name, _, _ in voice_policies()}
     if not quick:  # a batch's price is assumed: the calls the lane holds across its band
         lane = [p for p in voice_policies() if p[0] == "o4-lane"]
         report["voice"]["lane_by_batch"] = {
-            label: most_calls(voice("h100", round(0.5 * h100, 2), [48, 64, 72, 80, 96], 90.0, 4, jobs, lane), "o4-lane")
+            label: most_calls(voice("h100", round(0.5 * h100, 2), [32, 40, 48, 64, 72, 80, 96], 90.0, 4,
+                                 jobs, lane), "o4-lane")
             for label, jobs in BATCH_BAND.items()}
     return report
 
