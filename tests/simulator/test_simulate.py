@@ -354,3 +354,22 @@ def test_a_simulated_reply_is_synthesized_no_further_ahead_than_the_horizon(monk
         assert sum(t < 5.0 for t in spread) <= 3 and spread[-1] > 25.0
     else:
         assert spread[-1] < 2.0
+
+
+def test_cpu_measured_without_the_served_model_falls_back_to_the_calibrated_fit(tmp_path, monkeypatch):
+    """A machine without the default LLM (the model packages not installed) still simulates by the calibrated
+    fit, and says it has none rather than failing on the missing model."""
+    from voicepipe.backends import models
+    from voicepipe.simulate.costs import CPU, machine_fit_path
+
+    monkeypatch.setenv("VOICEPIPE_CACHE", str(tmp_path))
+
+    def missing(path=None):
+        raise models.ModelError("no default LLM installed")
+
+    monkeypatch.setattr(models, "resolve_llm", missing)
+    with pytest.raises(ValueError, match="no step-cost fit yet"):
+        priced(CPU, "smollm2-135m", "int8")
+    machine_fit_path().parent.mkdir(parents=True)
+    FittedCost({"const": 0.01, "tokens": 0.002}, {"machine": "test"}).save(machine_fit_path())
+    assert priced(CPU, "smollm2-135m", "int8").about["cost_model"] == "fitted"
