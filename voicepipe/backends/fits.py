@@ -31,10 +31,11 @@ def fit_path(name: str, *about: str) -> Path:
     return cache_dir().parent / "fits" / f"{name}-{key}.json"
 
 
-def engine_fit_path(model: Path, precision: str, device: str, *about: str) -> Path:
-    """Where an engine serving `model` (a resolved GGUF file or checkpoint) keeps its own step-cost fit;
-    `about` names what else sets a step's speed (its threads). On CUDA the GPU is named too."""
+def engine_fit_path(model: Path, precision: str, device: str, job_threads: int, torch_threads: int | None) -> Path:
+    """Where an engine serving `model` (a resolved GGUF file or checkpoint) keeps its own step-cost fit, named
+    for its placement and the threads that set a step's speed; on CUDA the GPU is named too."""
     stat = model.stat()
+    about = (f"job threads {job_threads}", f"torch {torch_threads}")
     if device == "cuda":
         import torch
 

@@ -95,29 +95,20 @@ def job_threads(config: EngineConfig, device: str) -> int:
 def engine_config(options: ModelOptions) -> EngineConfig:
     """The engine's whole configuration, made once (in the server, before any engine process starts): the
     model paths and the placement are checked first, so a typo fails at once, not after minutes of loading.
-    The engine keeps its step-cost fit for the next start where this machine's fits are kept
-    (`kept_fit_path`), unless the options name a file, or "" for none."""
+    The engine keeps its step-cost fit for the next start where this machine's fits are kept, named for the
+    model, its placement and threads (voicepipe.backends.fits), unless the options name a file, or "" for none."""
+    from voicepipe.backends.fits import engine_fit_path
     from voicepipe.backends.models import resolve_asr, resolve_llm
 
     check_call_policy(options.policy)
-    resolve_llm(options.llm_model)
+    model = resolve_llm(options.llm_model)
     resolve_asr(options.asr_model)
     placed = placement(options)
     lane = job_threads(options.engine, placed["device"])
     kept = options.engine.step_cost_file
     if kept is None:
-        kept = str(kept_fit_path(options, placed["device"], placed["precision"], lane))
+        kept = str(engine_fit_path(model, placed["precision"], placed["device"], lane, options.torch_threads))
     return replace(options.engine, **placed, job_threads=lane, step_cost_file=kept)
-
-
-def kept_fit_path(options: ModelOptions, device: str, precision: str, lane: int) -> Path:
-    """Where an engine serving these options' LLM keeps its step-cost fit: named for the model, its
-    placement and threads (voicepipe.backends.fits)."""
-    from voicepipe.backends.fits import engine_fit_path
-    from voicepipe.backends.models import resolve_llm
-
-    return engine_fit_path(resolve_llm(options.llm_model), precision, device, f"job threads {lane}",
-                           f"torch {options.torch_threads}")
 
 
 def check_call_policy(name: str) -> None:

@@ -131,11 +131,12 @@ def cpu_cost(model: str, dtype: str, fit: Path | None = None) -> tuple["StepCost
 def served_fit(dtype: str) -> OnlineCost | None:
     """The fit an engine kept here serving the default model in `dtype` on this CPU with the server's default
     threads (refitted to every step it ran, as it served); None where none is kept or can be used."""
-    from voicepipe.backends.loading import ModelOptions, job_threads, kept_fit_path
-    from voicepipe.backends.models import ModelError
+    from voicepipe.backends.fits import engine_fit_path
+    from voicepipe.backends.loading import job_threads
+    from voicepipe.backends.models import ModelError, resolve_llm
 
     try:
-        path = kept_fit_path(ModelOptions(), "cpu", dtype, job_threads(EngineConfig(), "cpu"))
+        path = engine_fit_path(resolve_llm(), dtype, "cpu", job_threads(EngineConfig(), "cpu"), None)
     except ModelError:
         return None
     engine = OnlineCost(kept_at=str(path))

@@ -40,20 +40,6 @@ PROBE = {"cal-probe": Scenario("fcfs", {"max_batch_tokens": 128, "max_batch_seqs
                                TextLoad("all_at_once", requests=6, prompt_tokens=(48, 160), output_tokens=(8, 16),
                                         seed=104), max_wait_s=None)}
 
-# What it is judged on: none of these workloads, seeds or settings is in the calibration set.
-VALIDATION = {
-    "all-at-once": Scenario("o4", {}, SHORT, max_wait_s=None),
-    "poisson-1/s": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=1.0, duration_s=30.0), max_wait_s=None),
-    "poisson-3/s": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=3.0, duration_s=30.0), max_wait_s=None),
-    "tokens=64": Scenario("o4", {"max_batch_tokens": 64}, SHORT, max_wait_s=None),
-    "tokens=512": Scenario("o4", {"max_batch_tokens": 512}, SHORT, max_wait_s=None),
-    "seqs=3": Scenario("o4", {"max_batch_seqs": 3}, SHORT, max_wait_s=None),
-    "fcfs": Scenario("fcfs", {}, SHORT, max_wait_s=None),
-    "static": Scenario("static", {}, SHORT, max_wait_s=None),
-    "calls+text": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=0.5, duration_s=20.0, requests=8),
-                           calls=CallLoad(calls=2, turns=3, reply_tokens=24, question_tokens=16, sentence_tokens=8,
-                                          instructions_tokens=64, seed=5), max_wait_s=None),
-}
 # Unlike the calibration in kind, not only in seed: arrivals in bursts, outputs three to five times the
 # calibration's longest, prompts of 400-600 tokens chunked at a small budget, and more calls than text.
 UNLIKE = {
@@ -70,7 +56,22 @@ UNLIKE = {
                              calls=CallLoad(calls=3, turns=3, reply_tokens=32, question_tokens=16, sentence_tokens=8,
                                             instructions_tokens=96, seed=6), max_wait_s=None),
 }
-VALIDATION.update(UNLIKE)
+
+# What it is judged on: none of these workloads, seeds or settings is in the calibration set.
+VALIDATION = {
+    "all-at-once": Scenario("o4", {}, SHORT, max_wait_s=None),
+    "poisson-1/s": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=1.0, duration_s=30.0), max_wait_s=None),
+    "poisson-3/s": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=3.0, duration_s=30.0), max_wait_s=None),
+    "tokens=64": Scenario("o4", {"max_batch_tokens": 64}, SHORT, max_wait_s=None),
+    "tokens=512": Scenario("o4", {"max_batch_tokens": 512}, SHORT, max_wait_s=None),
+    "seqs=3": Scenario("o4", {"max_batch_seqs": 3}, SHORT, max_wait_s=None),
+    "fcfs": Scenario("fcfs", {}, SHORT, max_wait_s=None),
+    "static": Scenario("static", {}, SHORT, max_wait_s=None),
+    "calls+text": Scenario("o4", {}, replace(SHORT, arrivals="poisson", rate=0.5, duration_s=20.0, requests=8),
+                           calls=CallLoad(calls=2, turns=3, reply_tokens=24, question_tokens=16, sentence_tokens=8,
+                                          instructions_tokens=64, seed=5), max_wait_s=None),
+    **UNLIKE,
+}
 QUICK = ("all-at-once", "poisson-3/s", "tokens=64", "static", "calls+text", *UNLIKE)
 
 
