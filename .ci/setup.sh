@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 extras="${1:-}"   # "test" also installs what the test suite needs (browser, promtool, test packages);
                   # "gpu" installs PyPI's default torch build (CUDA, with Triton) instead of the CPU one
 
-apt_pkgs="espeak-ng sox libportaudio2 g++"
+apt_pkgs="espeak-ng sox libportaudio2 libspeexdsp1 g++"
 [ "$extras" = test ] && apt_pkgs="$apt_pkgs chromium prometheus pulseaudio pulseaudio-utils libasound2-plugins baresip-core"
 missing=""
 for p in $apt_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done

@@ -26,8 +26,9 @@ export function fromSession(session) {
 export function fromStats(audio) {
   if (!audio) return;
   const erle = audio.echo_return_loss_enhancement_db;
+  const which = audio.canceller === "linear" ? " (linear filter: room learnt)" : "";
   state.textContent = audio.echo_cancellation
-    ? `server canceller on${erle === null || erle === undefined ? "" : `, ${erle} dB of echo removed`}`
+    ? `server canceller on${which}${erle === null || erle === undefined ? "" : `, ${erle} dB of echo removed`}`
     : "browser canceller only";
   hook.echoState = audio;
 }

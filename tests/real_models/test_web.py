@@ -185,6 +185,8 @@ def test_spoken_question_is_answered_in_the_page(server, browser):
         assert abs(shown - sum(turn["waterfall"].values())) < 1e-6 and shown > 0
         assert page.locator(".msg.assistant .lat .seg-asr").count() == 1
         assert state["stats"] and "queues" in state["stats"], "no scheduler.stats reached the page"
+        # The page turns the server's canceller off (the browser's runs) and says so.
+        assert state["echoState"]["canceller"] == "off" and not state["echoState"]["echo_cancellation"]
 
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "web-after-turn.png"))

@@ -279,10 +279,12 @@ class Session:
             await self.send(StatsReported({**stats, "audio_input": self.audio_state()}))
 
     def audio_state(self) -> dict:
-        """This call's audio front end as the page shows it: what runs, and the echo it removed (dB)."""
+        """This call's audio front end as the page shows it: what runs, which canceller's output the call
+        hears, and the echo removed (dB)."""
         front = self.front
         erle = front.echo.erle_db()
         return {"echo_cancellation": self.config.echo_cancellation, "noise_reduction": self.config.noise_reduction,
+                "canceller": front.processing.canceller,
                 "echo_return_loss_enhancement_db": None if erle is None else round(erle, 1)}
 
 

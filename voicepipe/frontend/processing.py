@@ -13,6 +13,7 @@ import numpy as np
 import pywebrtc_audio
 
 from voicepipe.frontend.echo_path import EchoPath
+from voicepipe.frontend.linear_stage import LinearStage
 
 RATE = 16000
 FRAME = RATE // 100  # the module works in 10 ms frames
@@ -28,50 +29,74 @@ NS_LEVELS = {"near_field": 1, "far_field": 2}
 
 class AudioProcessing:
     """Echo cancellation and noise suppression over a stream of any chunk sizes, in 10 ms frames: what
-    comes out lags what went in by less than a frame (the rest of a frame waits for the next chunk)."""
+    comes out lags what went in by less than a frame (the rest of a frame waits for the next chunk).
+
+    Where the loudspeaker is heard, each frame goes through the linear canceller, then AEC3; the call
+    hears the linear canceller's output once it has proven clean, AEC3's (with the residue gate) until
+    then and whenever it is in doubt (`frontend/linear_stage.py`). The suppressor comes last."""
 
     def __init__(self, echo: bool, noise: NoiseReduction) -> None:
         self.echo, self.noise = echo, noise
         self._near = np.zeros(0, np.float32)
         self._far = np.zeros(0, np.float32)
         self.path = EchoPath()
-        self._apm = self._make()
+        self.linear = LinearStage(RATE, FRAME)
+        self._aec, self._ns = self._make_aec(), self._make_ns()
 
     @property
     def active(self) -> bool:
         return self.echo or self.noise is not None
 
+    @property
+    def canceller(self) -> str:
+        """What the call hears of the cancellers: "off", "aec3" (the linear filter learning the room, in
+        doubt, or without libspeexdsp), or "linear" (its output, trusted)."""
+        if not self.echo:
+            return "off"
+        return "linear" if self.linear.proven else "aec3"
+
     def configure(self, echo: bool, noise: NoiseReduction) -> None:
         """New settings; the canceller keeps what it learnt of the room when only the suppressor changes."""
-        if (echo, noise) != (self.echo, self.noise):
-            self.echo, self.noise = echo, noise
-            self._apm = self._make()
+        if echo != self.echo:
+            self.echo = echo
+            self.linear = LinearStage(RATE, FRAME)
+            self._aec = self._make_aec()
+        if noise != self.noise:
+            self.noise = noise
+            self._ns = self._make_ns()
 
     def process(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
         """The cleaned microphone audio for `near` (float32), whose loudspeaker audio over the same time was
         `far`; as many whole frames as are complete."""
-        if self._apm is None:
+        if not self.active:
             return near
         self._near = np.concatenate([self._near, near.astype(np.float32, copy=False)])
         self._far = np.concatenate([self._far, far.astype(np.float32, copy=False)])
         n = len(self._near) // FRAME * FRAME
-        if n == 0:
-            return np.zeros(0, np.float32)
         out = np.empty(n, np.float32)
         for i in range(0, n, FRAME):
-            near, far = self._near[i:i + FRAME], self._far[i:i + FRAME]
-            echoing = self.echo and self.path.far(far) and self.path.present
-            out[i:i + FRAME] = self._apm.process(near, (far if echoing else SILENCE) + DITHER if self.echo else None)
-            if self.echo:
-                self.path.near(near)
-                if echoing and self.path.residue(near, out[i:i + FRAME]):
-                    out[i:i + FRAME] = 0.0
+            frame = self._near[i:i + FRAME]
+            if self._aec:
+                frame = self._cancel(frame, self._far[i:i + FRAME])
+            out[i:i + FRAME] = self._ns.process(frame) if self._ns else frame
         self._near, self._far = self._near[n:], self._far[n:]
         return out
 
-    def _make(self) -> "pywebrtc_audio.AudioProcessor | None":
-        if not self.active:
+    def _cancel(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
+        echoing = self.path.far(far) and self.path.present
+        self.path.near(near)
+        if not echoing:
+            return self._aec.process(near, SILENCE + DITHER)
+        linear = self.linear.process(near, far)
+        cancelled = self._aec.process(linear, far + DITHER)
+        if self.linear.proven and not self.linear.wrong:
+            return linear
+        return np.zeros(FRAME, np.float32) if self.path.residue(near, cancelled) else cancelled
+
+    def _make_aec(self) -> "pywebrtc_audio.AudioProcessor | None":
+        return pywebrtc_audio.AudioProcessor(sample_rate=RATE, echo_cancellation=True) if self.echo else None
+
+    def _make_ns(self) -> "pywebrtc_audio.NoiseSuppressor | None":
+        if self.noise is None:
             return None
-        return pywebrtc_audio.AudioProcessor(sample_rate=RATE, echo_cancellation=self.echo,
-                                             noise_suppression=self.noise is not None,
-                                             ns_level=NS_LEVELS.get(self.noise or "", 1))
+        return pywebrtc_audio.NoiseSuppressor(sample_rate=RATE, level=NS_LEVELS[self.noise])

@@ -1,0 +1,112 @@
+"""The linear canceller ahead of AEC3 (frontend/linear_stage.py): once it has learnt a room, a caller talking
+over a loud echo reaches the VAD whole; until then, and when the room changes, AEC3's output is heard."""
+
+from pathlib import Path
+
+import numpy as np
+
+from voicepipe.audio import read_audio
+from voicepipe.bench.room import Room, active_rms
+from voicepipe.bench.speakerphone import Loudspeaker
+from voicepipe.frontend import speex_echo
+from voicepipe.frontend.linear_stage import LinearStage
+from voicepipe.frontend.processing import FRAME, RATE, AudioProcessing
+
+VOICE = read_audio(Path(__file__).parents[2] / "voicepipe" / "samples" / "question.wav", RATE)
+CALLER_RMS = 0.05
+
+
+def reply_audio(seconds: float) -> np.ndarray:
+    """A long reply in a voice unlike the caller's: the sample backwards, each repeat at another pitch (a
+    loop of one clip is periodic, and a periodic far end is no test of a canceller's delay)."""
+    from voicepipe.audio import resample
+
+    parts, n = [], 0
+    while sum(map(len, parts)) < seconds * RATE:
+        parts += [resample(VOICE[::-1], RATE, int(RATE * (0.8 + 0.07 * (n % 6)))), np.zeros(RATE // 5, np.float32)]
+        n += 1
+    return np.concatenate(parts)[:int(seconds * RATE)] * np.float32(0.5)
+
+
+def run(processing: AudioProcessing, room: Room, reply: np.ndarray, caller_at: int | None = None
+        ) -> tuple[np.ndarray, np.ndarray, list[bool]]:
+    """The reply through `room` into the microphone (with the caller's voice from `caller_at`), frame by
+    frame through `processing`: the microphone, the output, and whether the linear output was trusted."""
+    speaker = Loudspeaker(room, CALLER_RMS, active_rms(reply))
+    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
+    caller = VOICE * np.float32(CALLER_RMS / active_rms(VOICE))
+    mics, outs, trusted = [], [], []
+    for at in range(0, len(reply) // FRAME * FRAME, FRAME):
+        mic = speaker.echo(at + FRAME, FRAME)
+        if caller_at is not None and caller_at <= at < caller_at + len(caller):
+            part = caller[at - caller_at: at - caller_at + FRAME]
+            mic[:len(part)] += part
+        outs.append(processing.process(mic, speaker.played[at:at + FRAME]))
+        mics.append(mic)
+        trusted.append(processing.linear.proven)
+    return np.concatenate(mics), np.concatenate(outs), trusted
+
+
+def callers_share(out: np.ndarray, at: int) -> float:
+    """How much of the caller's voice is in `out` from `at`: its projection on the voice (1: all of it)."""
+    voice = VOICE * np.float32(CALLER_RMS / active_rms(VOICE))
+    heard = out[at:at + len(voice)]
+    voice = voice[:len(heard)]
+    return float(np.dot(heard, voice) / np.dot(voice, voice))
+
+
+LOUD_ROOM = Room(delay_ms=120, rt60_s=0.45, echo_db=6.0, seed=1)
+
+
+def test_once_it_has_learnt_the_room_a_caller_over_a_louder_echo_reaches_the_vad_whole():
+    processing = AudioProcessing(echo=True, noise=None)
+    reply = reply_audio(32.0)
+    at = (len(reply) - 3 * RATE) // FRAME * FRAME
+    mic, out, trusted = run(processing, LOUD_ROOM, reply, caller_at=at)
+    assert not any(trusted[:300]) and trusted[-1]  # AEC3's output while it learns, its own after
+    before = slice(at - 4 * RATE, at)  # the echo alone, once trusted
+    assert active_rms(out[before]) < active_rms(mic[before]) * 10 ** (-20 / 20)  # at least 20 dB removed
+    assert callers_share(out, at) > 0.6
+
+
+def test_a_frame_it_would_make_louder_is_left_as_it_came():
+    """A filter that has learnt one room subtracts that room's echo from a microphone that hears none."""
+    stage = LinearStage(RATE, FRAME)
+    reply = reply_audio(20.0)
+    speaker = Loudspeaker(LOUD_ROOM, CALLER_RMS, active_rms(reply))
+    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
+    ends = range(FRAME, len(reply) // FRAME * FRAME, FRAME)
+    for end in ends:
+        stage.process(speaker.echo(end, FRAME), speaker.played[end - FRAME:end])
+    quiet = np.full(FRAME, 1e-4, np.float32)
+    outs, wrong = [], []
+    for i in range(0, 2 * RATE, FRAME):
+        outs.append(stage.process(quiet, reply[i:i + FRAME]))
+        wrong.append(stage.wrong)
+    assert max(float(np.dot(o, o)) for o in outs) <= float(np.dot(quiet, quiet))
+    assert sum(wrong) > 50
+
+
+def test_when_the_room_changes_the_filter_is_doubted_and_trusted_again_once_it_has_learnt_the_new_one():
+    processing = AudioProcessing(echo=True, noise=None)
+    reply = reply_audio(30.0)
+    run(processing, LOUD_ROOM, reply)
+    assert processing.linear.proven
+    mic, out, trusted = run(processing, Room(delay_ms=40, rt60_s=0.3, echo_db=0.0, seed=2), reply)
+    doubted = trusted.index(False)
+    assert doubted < 300  # within 3 s
+    again = trusted.index(True, doubted)
+    assert again > doubted + 500 and all(trusted[again:])
+    since = slice(again * FRAME, len(out))
+    assert active_rms(out[since]) < active_rms(mic[since]) * 10 ** (-20 / 20)
+
+
+def test_without_libspeexdsp_aec3_cancels_alone(monkeypatch):
+    monkeypatch.setattr(speex_echo, "_looked", True)
+    monkeypatch.setattr(speex_echo, "_lib", None)
+    processing = AudioProcessing(echo=True, noise=None)
+    assert not processing.linear.available
+    reply = reply_audio(10.0)
+    mic, out, trusted = run(processing, LOUD_ROOM, reply)
+    late = slice(5 * RATE, 10 * RATE)
+    assert not any(trusted) and active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
