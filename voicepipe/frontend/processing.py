@@ -1,10 +1,12 @@
-"""WebRTC's audio processing module for one call: AEC3 against the far end, then its noise suppressor.
+"""One call's audio processing: Speex's linear canceller, WebRTC's AEC3 on its output, then WebRTC's noise
+suppressor.
 
-Chosen by measurement among PyPI's cancellers (`scripts/echo-candidates.py`, docs/audio-front-end.md):
-pywebrtc-audio's AEC3 cancelled 17-26 dB of echo in the synthetic rooms, livekit's APM build of the same
-AEC3 12-20 dB, Speex's MDF 2-3 dB; it takes float32 numpy frames with no runtime of its own, in a wheel
-under 1 MB, and costs 2-2.5% of a core per call (bench room). AEC3 finds the echo's delay itself up to about 400 ms
-past the far end's timing (measured: 26 dB at 250 ms, 16 dB at 400 ms, none at 550 ms).
+AEC3 was chosen by measurement among PyPI's cancellers (`scripts/echo-candidates.py`,
+docs/audio-front-end.md): pywebrtc-audio's AEC3 cancelled 17-26 dB of echo in the synthetic rooms within
+one reply, livekit's APM build of the same AEC3 12-20 dB; it takes float32 numpy frames with no runtime of
+its own, in a wheel under 1 MB. It finds the echo's delay itself up to about 400 ms past the far end's timing
+(measured: 26 dB at 250 ms, 16 dB at 400 ms, none at 550 ms). The linear canceller ahead of it keeps a
+caller talking over a louder echo, which AEC3's suppressor takes down (`frontend/linear_stage.py`).
 """
 
 from typing import Literal
