@@ -1,4 +1,4 @@
-"""The linear canceller ahead of AEC3 (frontend/linear_stage.py): once it has learnt a room, a caller talking
+"""The linear canceller beside AEC3 (frontend/linear_stage.py): once it has learnt a room, a caller talking
 over a loud echo reaches the VAD whole; until then, and when the room changes, AEC3's output is heard."""
 
 from pathlib import Path

@@ -1,17 +1,22 @@
-"""A linear canceller ahead of AEC3, whose output replaces AEC3's once it has proven it removes the echo.
+"""A linear canceller beside AEC3, whose output replaces AEC3's once it has proven it removes the echo.
 
 AEC3's suppressor cannot tell a caller from the echo when the echo is the louder: measured in the synthetic
 rooms (echo 6 dB above the caller), it took a median 15-24 dB off a caller talking over the reply, and in
 the interruptions it caught late or missed, 18-46 dB of their first 300 ms; the barge-in rule then heard
 them late or not at all (7 in 10 within 300 ms). Speex's linear filter leaves the caller as they were and,
 once it has learnt the room, takes 30-35 dB off the echo alone (`frontend/speex_echo.py`). It learns slowly
-(about 15 s of reply audio in those rooms), cannot follow an echo path it does not model (a loudspeaker's
-distortion, a delay past its tail), and does nothing for a room's noise. So AEC3 always runs after it (its
-filter then finds a weaker echo, and stays ready), and the call hears AEC3's output until the linear filter's
-own output proves clean: over the last WINDOW frames the far end played loudly in, the microphone's level
-over the linear output's (the echo it removed) stands at PROVEN_DB or more at the 75th percentile. A quarter
-of frames may hold the caller, whose own voice the filter leaves (0 dB removed) without unproving it. Below
-DOUBT_DB (a room that changed, a phone leg whose delay moved) AEC3's output is heard again.
+(12-23 s of reply audio in those rooms), cannot follow an echo path it does not model (a loudspeaker's
+distortion, a delay past its tail), and does nothing for a room's noise. So AEC3 runs beside it on the
+microphone as before, and the call hears AEC3's output until the linear filter's own output proves clean:
+over the last WINDOW frames the far end played loudly in, the echo it removed (the microphone's level over
+its output's) stands at PROVEN_DB or more at the 75th percentile, a frame it took down to the room's noise
+counting as clean. A quarter of the frames may hold the caller, whose own voice the filter leaves (0 dB
+removed) without unproving it. When the latest frames fall under DOUBT_DB (a room that changed, a phone
+leg whose delay moved) the filter starts again from nothing and AEC3's output is heard meanwhile.
+
+(Fed AEC3 with the linear filter's output instead, the two did better in a long stream, but in a call of
+short replies, cut early, the filter's first seconds left AEC3 an echo path it could not follow: the echo
+came through and held the VAD's utterance open over the caller's next five questions.)
 """
 
 from collections import deque
@@ -29,6 +34,9 @@ PROVEN_DB = 20.0
 DOUBT_DB = 14.0
 LOUD = 2.0  # far-end frames within 20 dB (in log10 of energy) of the loudest of the window
 FAR_ACTIVE = 160 * 1e-7
+FLOOR_FRAMES = 1000  # the microphone's last 10 s, for its noise floor
+AT_FLOOR_DB = 3.0
+ABOVE_FLOOR_DB = 6.0
 FLOOR = 1e-12
 
 
@@ -41,9 +49,13 @@ class LinearStage:
         self._frames: deque[tuple[float, float]] = deque(maxlen=4 * WINDOW)  # (far's log energy, dB removed)
         self._recent: deque[float] = deque(maxlen=RECENT)  # dB removed in the latest loud frames
         self._loudest = np.inf  # the far end's loudest frame in the window (log10 of energy)
+        self._levels: deque[float] = deque(maxlen=FLOOR_FRAMES)  # the microphone's frame energies
+        self._floor = 0.0  # their 10th percentile: the room's noise
+        self._heard = 0
         self._since = 0
         self.proven = False
         self.wrong = False  # whether the latest frame came out louder than it went in
+        self.removed = 0.0  # dB the latest frame lost
 
     @property
     def available(self) -> bool:
@@ -60,9 +72,18 @@ class LinearStage:
         self.wrong = after > before
         if self.wrong:
             out, after = near, before
+        self.removed = 10 * np.log10((before + FLOOR) / (after + FLOOR))
+        self._levels.append(before)
+        self._heard += 1
+        if self._heard % JUDGE_EVERY == 0:
+            self._floor = float(np.percentile(self._levels, 10))
         far_energy = float(np.dot(far, far))
-        if far_energy > FAR_ACTIVE:
-            removed, level = 10 * np.log10((before + FLOOR) / (after + FLOOR)), float(np.log10(far_energy))
+        # A frame whose echo is lost in the room's noise says nothing of the filter; one it took down to that
+        # noise is as clean as a filter can make it there, and counts as clean.
+        if far_energy > FAR_ACTIVE and before > self._floor * 10 ** (ABOVE_FLOOR_DB / 10):
+            level = float(np.log10(far_energy))
+            at_floor = after <= self._floor * 10 ** (AT_FLOOR_DB / 10)
+            removed = max(self.removed, PROVEN_DB) if at_floor else self.removed
             self._frames.append((level, removed))
             if level >= self._loudest - LOUD:
                 self._recent.append(removed)
@@ -77,8 +98,7 @@ class LinearStage:
 
     def _forget(self) -> None:
         """The room changed under the filter: it learns it again from nothing, as at the call's start (what
-        it learnt is no nearer the new room than nothing, and AEC3 after it follows a filter that starts
-        from zero as it did at the start)."""
+        it learnt is no nearer the new room than nothing)."""
         self._echo.reset()
         self._frames.clear()
         self._recent.clear()

@@ -1,11 +1,11 @@
-"""One call's audio processing: Speex's linear canceller, WebRTC's AEC3 on its output, then WebRTC's noise
+"""One call's audio processing: Speex's linear canceller and WebRTC's AEC3 side by side, then WebRTC's noise
 suppressor.
 
 AEC3 was chosen by measurement among PyPI's cancellers (`scripts/echo-candidates.py`,
 docs/audio-front-end.md): pywebrtc-audio's AEC3 cancelled 17-26 dB of echo in the synthetic rooms within
 one reply, livekit's APM build of the same AEC3 12-20 dB; it takes float32 numpy frames with no runtime of
 its own, in a wheel under 1 MB. It finds the echo's delay itself up to about 400 ms past the far end's timing
-(measured: 26 dB at 250 ms, 16 dB at 400 ms, none at 550 ms). The linear canceller ahead of it keeps a
+(measured: 26 dB at 250 ms, 16 dB at 400 ms, none at 550 ms). The linear canceller beside it keeps a
 caller talking over a louder echo, which AEC3's suppressor takes down (`frontend/linear_stage.py`).
 """
 
@@ -24,6 +24,9 @@ SILENCE = np.zeros(FRAME, np.float32)  # the far end where no loudspeaker is hea
 # full of subnormal numbers, and it ran 5 times slower on them (measured: 95-120 ms per second of audio
 # over a call in a synthetic room, 19 ms with this).
 DITHER = np.random.default_rng(0).standard_normal(FRAME).astype(np.float32) * np.float32(1e-5)
+# A frame the trusted linear filter took more than this off was echo, and what is left its residue (25 dB
+# down, still a voice to the VAD): a caller talking over an echo even 10 dB louder loses about 10 dB there.
+RESIDUE_DB = 15.0
 NoiseReduction = Literal["near_field", "far_field"] | None
 # WebRTC NS levels 0-3 suppress 6, 12, 18 and 21 dB: a close microphone needs less than a room's.
 NS_LEVELS = {"near_field": 1, "far_field": 2}
@@ -33,9 +36,10 @@ class AudioProcessing:
     """Echo cancellation and noise suppression over a stream of any chunk sizes, in 10 ms frames: what
     comes out lags what went in by less than a frame (the rest of a frame waits for the next chunk).
 
-    Where the loudspeaker is heard, each frame goes through the linear canceller, then AEC3; the call
-    hears the linear canceller's output once it has proven clean, AEC3's (with the residue gate) until
-    then and whenever it is in doubt (`frontend/linear_stage.py`). The suppressor comes last."""
+    Where the loudspeaker is heard, the linear canceller and AEC3 each cancel every frame; the call hears
+    the linear canceller's output once it has proven clean (less the frames it found to be echo), AEC3's
+    (with the residue gate) until then and whenever it is in doubt (`frontend/linear_stage.py`). The
+    suppressor comes last."""
 
     def __init__(self, echo: bool, noise: NoiseReduction) -> None:
         self.echo, self.noise = echo, noise
@@ -90,9 +94,9 @@ class AudioProcessing:
         if not echoing:
             return self._aec.process(near, SILENCE + DITHER)
         linear = self.linear.process(near, far)
-        cancelled = self._aec.process(linear, far + DITHER)
+        cancelled = self._aec.process(near, far + DITHER)
         if self.linear.proven and not self.linear.wrong:
-            return linear
+            return linear if self.linear.removed < RESIDUE_DB else np.zeros(FRAME, np.float32)
         return np.zeros(FRAME, np.float32) if self.path.residue(near, cancelled) else cancelled
 
     def _make_aec(self) -> "pywebrtc_audio.AudioProcessor | None":
