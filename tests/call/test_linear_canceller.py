@@ -69,6 +69,17 @@ def test_once_it_has_learnt_the_room_a_caller_over_a_louder_echo_reaches_the_vad
     assert callers_share(out, at) > 0.6
 
 
+def test_the_filter_starts_where_a_far_rooms_echo_starts_and_learns_it():
+    """250 ms of delay and a reverberant tail: the 300 ms filter covers it only from the echo's start."""
+    processing = AudioProcessing(echo=True, noise=None)
+    room = Room(delay_ms=250, rt60_s=0.5, echo_db=6.0, seed=3)
+    mic, out, trusted = run(processing, room, reply_audio(30.0))
+    assert 15 <= processing.linear.delay_frames <= 25  # the echo starts 25 frames late
+    assert trusted[-1]
+    late = slice(25 * RATE, 30 * RATE)
+    assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
+
+
 def test_a_frame_it_would_make_louder_is_left_as_it_came():
     """A filter that has learnt one room subtracts that room's echo from a microphone that hears none."""
     stage = LinearStage(RATE, FRAME)
@@ -77,11 +88,11 @@ def test_a_frame_it_would_make_louder_is_left_as_it_came():
     speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
     ends = range(FRAME, len(reply) // FRAME * FRAME, FRAME)
     for end in ends:
-        stage.process(speaker.echo(end, FRAME), speaker.played[end - FRAME:end])
+        stage.process(speaker.echo(end, FRAME), speaker.played[end - FRAME:end], None)
     quiet = np.full(FRAME, 1e-4, np.float32)
     outs, wrong = [], []
     for i in range(0, 2 * RATE, FRAME):
-        outs.append(stage.process(quiet, reply[i:i + FRAME]))
+        outs.append(stage.process(quiet, reply[i:i + FRAME], None))
         wrong.append(stage.wrong)
     assert max(float(np.dot(o, o)) for o in outs) <= float(np.dot(quiet, quiet))
     assert sum(wrong) > 50

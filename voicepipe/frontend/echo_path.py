@@ -78,6 +78,7 @@ class EchoPath:
         self._judged: bool | None = None
         self._silent = 0  # frames of digital silence heard before a verdict
         self._judged_at = 0
+        self.lag: int | None = None  # frames from the far end to the first delay the microphone follows it at
 
     def far(self, far: np.ndarray) -> bool:
         """A far-end frame; whether its echo may be in the microphone's frame of the same time."""
@@ -118,6 +119,7 @@ class EchoPath:
         for lag in range(MAX_LAG + 1):
             y = after[:, lag]
             if np.std(y) > 0 and np.mean(y[loud] > quiet) >= COVERS and float(np.corrcoef(x, y)[0, 1]) > FOLLOWS:
+                self.lag = lag
                 return True
         return False
 

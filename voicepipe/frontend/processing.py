@@ -93,7 +93,7 @@ class AudioProcessing:
         self.path.near(near)
         if not echoing:
             return self._aec.process(near, SILENCE + DITHER)
-        linear = self.linear.process(near, far)
+        linear = self.linear.process(near, far, self.path.lag)
         cancelled = self._aec.process(near, far + DITHER)
         if self.linear.proven and not self.linear.wrong:
             return linear if self.linear.removed < RESIDUE_DB else np.zeros(FRAME, np.float32)
