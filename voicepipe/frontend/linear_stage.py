@@ -116,12 +116,9 @@ class LinearStage:
 
     def _forget(self) -> None:
         """The room changed under the filter: it learns it again from nothing, as at the call's start (what
-        it learnt is no nearer the new room than nothing)."""
-        self._echo.reset()
-        self._shift = None  # aligned again to the echo path's lag
-        self._frames.clear()
-        self._recent.clear()
-        self.proven = False
+        it learnt is no nearer the new room than nothing), aligned again to the echo path's lag."""
+        self._shift = None
+        self._restart()
 
     def _misaligned(self, lag: int) -> bool:
         """Whether the filter, as delayed now, starts too near an echo `lag` frames late (or after it), or so
@@ -133,6 +130,9 @@ class LinearStage:
         """The far end from now on reaches the filter `frames` late: it starts learning again from there."""
         self._shift = frames
         self._far = deque([np.zeros(self._frame, np.float32)] * frames, maxlen=frames + 1)
+        self._restart()
+
+    def _restart(self) -> None:
         self._echo.reset()
         self._frames.clear()
         self._recent.clear()
@@ -143,5 +143,5 @@ class LinearStage:
         self._loudest = frames[:, 0].max()
         loud = frames[frames[:, 0] >= self._loudest - LOUD][-WINDOW:, 1]
         if len(loud) >= WINDOW // 2 and np.percentile(loud, 75) >= PROVEN_DB \
-                and np.percentile(self._recent, 75) >= DOUBT_DB:
+                and len(self._recent) >= RECENT // 2 and np.percentile(self._recent, 75) >= DOUBT_DB:
             self.proven = True
