@@ -121,3 +121,17 @@ def test_without_libspeexdsp_aec3_cancels_alone(monkeypatch):
     mic, out, trusted = run(processing, LOUD_ROOM, reply)
     late = slice(5 * RATE, 10 * RATE)
     assert not any(trusted) and active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
+
+
+def test_frames_silenced_as_echo_carry_the_rooms_own_noise():
+    """Digital silence among the frames set the VAD's level floor to -100 dBFS, and any residue of the echo
+    then counted as speech; the silenced frames carry the room's noise at its own level instead."""
+    from voicepipe.bench.speakerphone import SELF_NOISE
+
+    processing = AudioProcessing(echo=True, noise=None)
+    mic, out, trusted = run(processing, LOUD_ROOM, reply_audio(12.0))
+    frames = out[RATE:len(out) // FRAME * FRAME].reshape(-1, FRAME)
+    energy = np.mean(np.square(frames, dtype=np.float64), axis=1)
+    assert energy.min() > 0
+    quiet = 10 * np.log10(np.percentile(energy, 5) / SELF_NOISE ** 2)
+    assert -6 < quiet < 6  # within 6 dB of the microphone's own noise

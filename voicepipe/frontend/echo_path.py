@@ -79,6 +79,10 @@ class EchoPath:
         self._silent = 0  # frames of digital silence heard before a verdict
         self._judged_at = 0
         self.lag: int | None = None  # frames from the far end to the first delay the microphone follows it at
+        # The energy of the quietest tenth of the microphone's frames that no echo can be in: the room's noise
+        # (0 until such a frame is heard).
+        self.floor = 0.0
+        self._unechoed: deque[float] = deque(maxlen=HISTORY)
 
     def far(self, far: np.ndarray) -> bool:
         """A far-end frame; whether its echo may be in the microphone's frame of the same time."""
@@ -128,6 +132,10 @@ class EchoPath:
         e, loudest = energy(near), max(self._far_recent, default=0.0)
         self._recent.append((np.log10(self._far_recent[-1] + FLOOR), np.log10(e + FLOOR)))
         self._mic.append(self._recent[-1][1])
+        if not self._echo_frames:  # no echo can be in it: the room's own noise, and the caller
+            self._unechoed.append(self._recent[-1][1])
+            if len(self._unechoed) % EVIDENCE == 1 or self._frames % EVIDENCE == 0:  # soon, then every 0.5 s
+                self.floor = 10 ** float(np.percentile(self._unechoed, 10))
         if len(self._recent) > MAX_LAG and self._recent[0][0] > np.log10(FAR_ACTIVE):
             self._played.append((self._recent[0][0], np.array([mic for _, mic in self._recent])))
         if loudest > FAR_ACTIVE:

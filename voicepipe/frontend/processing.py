@@ -48,6 +48,7 @@ class AudioProcessing:
         self.path = EchoPath()
         self.linear = LinearStage(RATE, FRAME)
         self._aec, self._ns = self._make_aec(), self._make_ns()
+        self._rng = np.random.default_rng(1)
 
     @property
     def active(self) -> bool:
@@ -96,8 +97,15 @@ class AudioProcessing:
         linear = self.linear.process(near, far, self.path.lag)
         cancelled = self._aec.process(near, far + DITHER)
         if self.linear.proven and not self.linear.wrong:
-            return linear if self.linear.removed < RESIDUE_DB else np.zeros(FRAME, np.float32)
-        return np.zeros(FRAME, np.float32) if self.path.residue(near, cancelled) else cancelled
+            return linear if self.linear.removed < RESIDUE_DB else self._room()
+        return self._room() if self.path.residue(near, cancelled) else cancelled
+
+    def _room(self) -> np.ndarray:
+        """What stands for a frame silenced as echo: the room's own noise at its quiet level (comfort noise).
+        Digital silence there set the VAD's level floor to -100 dBFS, and any residue of the echo then stood
+        far enough over it to count as speech (a false barge-in in the first reply of the 250 ms room)."""
+        noise = self._rng.standard_normal(FRAME, np.float32)
+        return noise * np.float32(np.sqrt(self.path.floor / FRAME))
 
     def _make_aec(self) -> "pywebrtc_audio.AudioProcessor | None":
         return pywebrtc_audio.AudioProcessor(sample_rate=RATE, echo_cancellation=True) if self.echo else None
