@@ -8,7 +8,7 @@ import numpy as np
 from voicepipe.audio import read_audio
 from voicepipe.bench.room import Room, active_rms
 from voicepipe.bench.speakerphone import Loudspeaker
-from voicepipe.frontend import speex_echo
+from voicepipe.frontend import linear_stage
 from voicepipe.frontend.linear_stage import LinearStage
 from voicepipe.frontend.processing import FRAME, RATE, AudioProcessing
 
@@ -113,8 +113,7 @@ def test_when_the_room_changes_the_filter_is_doubted_and_trusted_again_once_it_h
 
 
 def test_without_libspeexdsp_aec3_cancels_alone(monkeypatch):
-    monkeypatch.setattr(speex_echo, "_looked", True)
-    monkeypatch.setattr(speex_echo, "_lib", None)
+    monkeypatch.setattr(linear_stage, "library", lambda: None)
     processing = AudioProcessing(echo=True, noise=None)
     assert not processing.linear.available
     reply = reply_audio(10.0)

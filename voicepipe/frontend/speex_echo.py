@@ -9,6 +9,7 @@ and has no delay estimation of its own, so `frontend/linear_stage.py` decides wh
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import weakref
 
@@ -16,27 +17,21 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 SET_SAMPLING_RATE = 24  # speex_echo.h: SPEEX_ECHO_SET_SAMPLING_RATE
-_lib: ctypes.CDLL | None = None
-_looked = False
 
 
+@functools.cache
 def library() -> ctypes.CDLL | None:
     """libspeexdsp, or None (logged once) where the system lacks it (Debian's `libspeexdsp1`)."""
-    global _lib, _looked
-    if not _looked:
-        _looked = True
-        for name in (ctypes.util.find_library("speexdsp"), "libspeexdsp.so.1", "libspeexdsp.dylib"):
-            try:
-                lib = ctypes.CDLL(name) if name else None
-            except OSError:
-                continue
-            if lib is not None and hasattr(lib, "speex_echo_state_init"):
-                _declare(lib)
-                _lib = lib
-                break
-        if _lib is None:
-            log.warning("libspeexdsp not found (apt install libspeexdsp1): echo cancellation runs AEC3 alone")
-    return _lib
+    for name in (ctypes.util.find_library("speexdsp"), "libspeexdsp.so.1", "libspeexdsp.dylib"):
+        try:
+            lib = ctypes.CDLL(name) if name else None
+        except OSError:
+            continue
+        if lib is not None and hasattr(lib, "speex_echo_state_init"):
+            _declare(lib)
+            return lib
+    log.warning("libspeexdsp not found (apt install libspeexdsp1): echo cancellation runs AEC3 alone")
+    return None
 
 
 def _declare(lib: ctypes.CDLL) -> None:
