@@ -151,6 +151,14 @@ def test_the_near_end_clock_takes_the_fastest_arrival_and_reanchors_after_a_gap(
     assert near.feed(320, 110.0) == pytest.approx(110.0 - 0.02)  # a muted client came back
 
 
+def test_a_sound_cards_word_on_when_it_recorded_is_taken_over_arrivals():
+    near = NearEnd()
+    near.recorded_by(0, 320, 100.02)  # the card's callback had the first 20 ms by 100.02
+    assert near.feed(320, 100.30) == pytest.approx(100.0)  # it reached the call late, the process busy
+    near.recorded_by(320, 320, 100.06)  # a callback itself late: the earliest word stands
+    assert near.feed(320, 100.31) == pytest.approx(100.02, abs=1e-3)
+
+
 def test_noise_reduction_off_leaves_the_audio_alone_and_near_field_quietens_steady_noise():
     hiss = at_snr(noise("pink", 3.0, seed=5), 0.1, 0.0)
     off = AudioProcessing(echo=False, noise=None)

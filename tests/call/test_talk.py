@@ -1,17 +1,15 @@
 """`voicepipe talk` through real PortAudio devices, and its message when there are none.
 
-A PulseAudio server of the test's own, with two null sinks, is the sound card: the test plays espeak-ng
-speech into the sink `mic`, whose monitor is the default source talk records from, and records the
-default sink `speaker`, where talk plays, through its monitor. So the audio crosses PortAudio both ways
-in real time (its ALSA host API, through the ALSA pulse plugin), as a microphone's and a loudspeaker's
-would. Needs Debian's pulseaudio, pulseaudio-utils and libasound2-plugins.
+A PulseAudio server of the test's own is the sound card (`voicepipe/bench/sound_server.py`): the test
+plays espeak-ng speech into the sink `mic`, whose monitor is the default source talk records from, and
+records the default sink `speaker`, where talk plays, through its monitor. So the audio crosses PortAudio
+both ways in real time, as a microphone's and a loudspeaker's would.
 """
 
 import asyncio
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ from support.helpers import QUESTION, TURN_TIMEOUT_S
 
 from voicepipe.audio import to_float32
 from voicepipe.backends.loading import ASR_PARTIAL
+from voicepipe.bench import sound_server
 from voicepipe.call.runtime import Runtime
 from voicepipe.local.devices import Devices, find_devices
 from voicepipe.local.playback import PlaybackBuffer
@@ -32,49 +31,20 @@ from voicepipe.local.talk import LocalCall
 
 RATE = 16000  # of the recording of the speaker
 STORY = "Tell me a story about a dragon."  # heard well through the sound server, and answered at length
-PULSE_SCRIPT = """\
-load-module module-native-protocol-unix socket={socket} auth-anonymous=1
-load-module module-null-sink sink_name=speaker
-load-module module-null-sink sink_name=mic
-set-default-sink speaker
-set-default-source mic.monitor
-"""
 needs_pulse = pytest.mark.skipif(
-    not all(shutil.which(tool) for tool in ("pulseaudio", "pactl", "paplay", "parec")),
+    not sound_server.available(),
     reason="PulseAudio is not installed (Debian: pulseaudio pulseaudio-utils libasound2-plugins)")
 
 
 @pytest.fixture(scope="module")
 def pulse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PulseAudio server; its address is in PULSE_SERVER while this module's tests run."""
-    folder = tmp_path_factory.mktemp("pulse")
-    script = folder / "talk.pa"
-    script.write_text(PULSE_SCRIPT.format(socket=folder / "native"))
-    server = f"unix:{folder / 'native'}"
-    daemon = subprocess.Popen(
-        ["pulseaudio", "-n", "-F", str(script), "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no",
-         "--disable-shm=yes"],
-        env={**os.environ, "HOME": str(folder), "XDG_RUNTIME_DIR": str(folder)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        end = time.monotonic() + 30
-        while subprocess.run(["pactl", "--server", server, "info"], capture_output=True).returncode:
-            assert daemon.poll() is None and time.monotonic() < end, "pulseaudio did not start"
-            time.sleep(0.1)
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("PULSE_SERVER", server)
-            yield server
-    finally:
-        daemon.terminate()
-        daemon.wait(30)
+    with sound_server.sound_server(tmp_path_factory.mktemp("pulse")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def devices(pulse: str) -> Devices:
-    import sounddevice
-
-    sounddevice._terminate()  # PortAudio lists the devices once: list them again, now that the server runs
-    sounddevice._initialize()
     return find_devices()
 
 
@@ -232,3 +202,66 @@ async def test_talks_echo_reference_is_what_the_speaker_played_shifted_by_its_ou
     start = front.far._chunks[0][0]
     assert before + 0.25 <= start <= after + 0.25  # played 250 ms from now, at the DAC
     assert np.allclose(front.far.read(start, 1600), tone / 32768.0, atol=1e-4)
+
+
+class Callbacks:
+    """The speaker's callbacks as PortAudio makes them, on a clock of the test's own."""
+
+    def __init__(self, line, monkeypatch: pytest.MonkeyPatch, rate: int, frames: int) -> None:
+        from types import SimpleNamespace
+
+        import voicepipe.local.talk as talk
+
+        self.line, self.rate, self.frames, self.now = line, rate, frames, 1000.0
+        self.time = SimpleNamespace(outputBufferDacTime=0.03, currentTime=0.0)  # 30 ms to the DAC
+        monkeypatch.setattr(talk, "monotonic", lambda: self.now)
+
+    def run(self, n: int, late: float = 0.0) -> None:
+        """`n` callbacks on time, the first of them `late` seconds late."""
+        out = np.zeros((self.frames, 1), np.int16)
+        for i in range(n):
+            self.now += late if i == 0 else 0.0
+            self.line.speaker(out, self.frames, self.time, None)
+            self.now += self.frames / self.rate - (late if i == 0 else 0.0)
+
+
+async def test_talks_echo_reference_is_the_speakers_stream_resampled_whole(monkeypatch):
+    """Played at 44.1 kHz in 383-sample callbacks, the far end at 16 kHz is the sound resampled as one stream:
+    each piece resampled on its own left an edge at every piece."""
+    import soxr
+
+    from voicepipe.frontend.stage import AudioFrontEnd
+    from voicepipe.local.talk import LocalLine
+    from voicepipe.pipeline import CallConfig
+
+    front = AudioFrontEnd(CallConfig(), own_far_end=True)
+    line = LocalLine(Devices(None, None, 16000, 44100), 44100, io.StringIO(), front)
+    sound = (np.sin(np.arange(44100) * 2 * np.pi * 440 / 44100) * 8000).astype(np.int16)
+    line.playback.write(sound)
+    callbacks = Callbacks(line, monkeypatch, 44100, 383)
+    callbacks.run(44100 // 383 + 20)
+    await asyncio.sleep(0)  # the pieces are handed to the call's loop
+    start = front.far._chunks[0][0]
+    assert start == pytest.approx(1000.0 + 0.03)  # the stream's first sample, 30 ms to the DAC
+    whole = soxr.resample(sound.astype(np.float32) / 32768.0, 44100, 16000)
+    heard = front.far.read(start, len(whole))
+    inner = slice(200, len(whole) - 400)  # the resamplers' own ends aside
+    assert np.max(np.abs(heard[inner] - whole[inner])) < 0.003
+
+
+async def test_a_late_callback_does_not_move_talks_echo_reference(monkeypatch):
+    """A reply after a silence, its first callback 40 ms late (the process busy): the reference stays on the
+    speaker stream's clock, so the echo stays where the canceller learnt it."""
+    from voicepipe.frontend.stage import AudioFrontEnd
+    from voicepipe.local.talk import LocalLine
+    from voicepipe.pipeline import CallConfig
+
+    front = AudioFrontEnd(CallConfig(), own_far_end=True)
+    line = LocalLine(Devices(None, None, 16000, 16000), 16000, io.StringIO(), front)
+    callbacks = Callbacks(line, monkeypatch, 16000, 320)
+    callbacks.run(50)  # a second of silence: nothing is handed over
+    assert not front.far._chunks
+    line.playback.write(np.full(3200, 1000, np.int16))
+    callbacks.run(10, late=0.04)
+    await asyncio.sleep(0)
+    assert front.far._chunks[0][0] == pytest.approx(1000.0 + 50 * 0.02 + 0.03)  # sample 16000's time, not 40 ms on

@@ -287,32 +287,55 @@ def add_room_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_room_bench(args: argparse.Namespace) -> int:
-    import asyncio
-
     from voicepipe.backends.arguments import model_options
     from voicepipe.bench.room_bench import bench_room, print_barge_in, print_room, reply_sentences_of
     from voicepipe.bench.room_cases import CASES
 
     cases = CASES if args.rooms == "all" else [CASES[int(i) - 1] for i in args.rooms.split(",")]
-    options = model_options(args)
+    sentences = reply_sentences_of(model_options(args))
 
-    async def run() -> dict:
-        from voicepipe.call.runtime import Runtime
+    def show(report: dict) -> None:
+        print_room(report)
+        if "barge_in" in report:
+            print_barge_in(report["barge_in"])
 
-        runtime = await Runtime.spawn(options)
-        try:
-            return await bench_room(runtime, cases, reply_sentences_of(options), args.tries)
-        finally:
-            await runtime.close()
+    return run_on_spawned(args, lambda runtime: bench_room(runtime, cases, sentences, args.tries), show)
 
-    report = asyncio.run(run())
-    report["machine"] = machine()
-    print_room(report)
-    if "barge_in" in report:
-        print_barge_in(report["barge_in"])
-    if args.json:
-        save(report, args.json)
-    return 0
+
+def add_talk_arguments(parser: argparse.ArgumentParser) -> None:
+    from voicepipe.bench.room_cases import CASES
+
+    parser.add_argument("--rooms", default="1,2,3,4", help="comma-separated numbers of the rooms, as `bench room` "
+                        "numbers them (default 1,2,3,4: " + "; ".join(f"{i} {c.name}" for i, c in
+                                                               enumerate(CASES[:4], 1)) + ")")
+    parser.add_argument("--off", action="store_true", help="each room again with the call's echo canceller off")
+    add_json_argument(parser)
+    add_llm_model_arguments(parser)
+
+
+def run_talk_bench(args: argparse.Namespace) -> int:
+    from voicepipe.backends.arguments import model_options
+    from voicepipe.bench import sound_server
+    from voicepipe.bench.room_bench import print_room, reply_sentences_of
+    from voicepipe.bench.room_cases import CASES
+    from voicepipe.bench.talk_room import bench_talk
+
+    if not sound_server.available():
+        raise SystemExit("voicepipe bench talk: needs PulseAudio (Debian: pulseaudio pulseaudio-utils "
+                         "libasound2-plugins)")
+    cases = [CASES[int(i) - 1] for i in args.rooms.split(",")]
+    sentences = reply_sentences_of(model_options(args))
+
+    def show(report: dict) -> None:
+        print_room(report)
+        for name, runs in report["cases"].items():
+            for which, r in runs.items():
+                stops = ", ".join("missed" if s is None else f"{s:.2f} s" for s in r["interruption_stop_s"])
+                print(f"{name} ({which}): the call heard {r['canceller']}'s output at its end, judged the echo "
+                      f"{r['judged_lag_ms']} ms late (the room's own delay {r['room_delay_ms']} ms); "
+                      f"interruptions stopped the reply after {stops or '-'}")
+
+    return run_on_spawned(args, lambda runtime: bench_talk(runtime, cases, sentences, args.off), show)
 
 
 def add_tools_arguments(parser: argparse.ArgumentParser) -> None:
@@ -391,6 +414,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                                       "thread and in its own process"),
         (add_room_arguments, "room", "a speakerphone caller in synthetic rooms (echo, noise), the audio front end "
                                      "on and off"),
+        (add_talk_arguments, "talk", "`talk`'s call on a sound server of its own, its speaker heard by its microphone "
+                                     "through synthetic rooms"),
         (add_tools_arguments, "tools", "tools the server runs on the sample MCP server, spoken to in real time: "
                                        "the server's own time per call, a slow tool's filler and answer, a "
                                        "client-run function's, and a question spoken over a slow tool"),
@@ -409,6 +434,6 @@ def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
             "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
             "turns": run_turns_bench, "grammar": run_grammar_bench, "soak": run_soak_bench,
-            "decode": run_decode_bench, "room": run_room_bench, "tools": run_tools_bench,
+            "decode": run_decode_bench, "room": run_room_bench, "talk": run_talk_bench, "tools": run_tools_bench,
             "phone": run_phone_bench}
     return runs[args.bench](args)

@@ -5,8 +5,12 @@ The server paced every reply sample it sent (the output stage's playback clock s
 to play), so the far end is known on the server's clock, cut where the caller dropped its queue. The near
 end is the microphone stream: audio arrives in real time, so a sample's recording time is its arrival less
 the network's delay; the smallest delay seen stands for it (a late packet cannot have been recorded later
-than it arrived). What neither clock knows (the client's output buffer, the room, a phone leg) is a delay
-of a few hundred milliseconds that the canceller estimates itself.
+than it arrived). A sound card of our own (`talk`) says when its samples were in hand, in its callback, and
+that is taken instead of their arrival on the call's event loop, which waits on the models' work: there
+the smallest delay kept falling as the call went on (19 ms over a minute, measured through a sound server),
+and each fall moved the echo under a canceller that had learnt where it was. What neither clock knows (the
+client's output buffer, the room, a phone leg) is a delay of a few hundred milliseconds that the canceller
+estimates itself.
 """
 
 from collections import deque
@@ -54,14 +58,43 @@ class FarEnd:
         return bool(self._chunks) and self._chunks[-1][0] + len(self._chunks[-1][1]) / RATE > now
 
 
+class StreamClock:
+    """When sample 0 of a sound stream (at `rate`) was at the sound card, on our clock: the earliest of its
+    pieces' times less the samples before them (a piece can be seen late, never early), followed slowly
+    when they all run later (a clock slower than ours, a network grown slower), and anew after a gap (a
+    muted client)."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self.origin: float | None = None
+
+    def seen(self, position: int, at: float, n: int) -> None:
+        """Sample `position` of the stream was at the card by `at`, `n` samples after the last piece seen."""
+        offset = at - position / self.rate
+        if self.origin is None or offset < self.origin or offset - self.origin > REANCHOR_S:
+            self.origin = offset
+        else:
+            self.origin += min(offset - self.origin, DRIFT * n / self.rate)
+
+    def time(self, position: int) -> float:
+        return self.origin + position / self.rate
+
+
 class NearEnd:
     """When each sample of the microphone stream was recorded, on the server's clock."""
 
     def __init__(self) -> None:
         self.fed = 0  # samples received so far
-        self.origin: float | None = None  # when stream position 0 was recorded
+        self.clock = StreamClock(RATE)  # when each was recorded
         self.live = True  # the last samples came no faster than a microphone records them
         self._recent: deque[tuple[float, float]] = deque()  # (arrival, offset) over the last seconds
+        self._own_clock = False  # the sound card's callbacks time the samples, not their arrival
+
+    def recorded_by(self, position: int, n: int, at: float) -> None:
+        """The sound card's word: the `n` samples from `position` on had been recorded by `at` (its callback's
+        time). Taken from now on instead of arrivals."""
+        self._own_clock = True
+        self.clock.seen(position + n, at, n)
 
     def feed(self, n: int, now: float) -> float:
         """`n` samples arrived at `now`: when the first of them was recorded."""
@@ -71,8 +104,6 @@ class NearEnd:
         while self._recent[0][0] < now - 2.0:
             self._recent.popleft()
         self.live = offset > max(o for _, o in self._recent) - BURST_S  # not ahead of where it ran lately
-        if self.origin is None or offset < self.origin or offset - self.origin > REANCHOR_S:
-            self.origin = offset
-        else:  # later than before: the client's clock runs slow, or the network grew slower; follow slowly
-            self.origin += min(offset - self.origin, DRIFT * n / RATE)
-        return self.origin + (self.fed - n) / RATE
+        if not self._own_clock:
+            self.clock.seen(self.fed, now, n)
+        return self.clock.time(self.fed - n)

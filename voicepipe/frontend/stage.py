@@ -74,6 +74,11 @@ class AudioFrontEnd:
         played long enough), assumed when not."""
         return True if not self.processing.echo else self.processing.path.verdict
 
+    def recorded(self, position: int, n: int, at: float) -> None:
+        """The microphone's `n` samples from `position` (16 kHz, from the call's start) had been recorded by
+        `at`."""
+        self.near.recorded_by(position, n, at)
+
     def played(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """Reply audio (PCM16 or float32) due to play from `start`."""
         audio = samples.astype(np.float32) / 32768.0 if samples.dtype == np.int16 else samples

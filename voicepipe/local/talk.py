@@ -26,6 +26,7 @@ from voicepipe.audio import SAMPLE_RATE
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
+from voicepipe.frontend.reference import StreamClock
 from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.local.devices import Devices, NoAudioDevice, portaudio
 from voicepipe.local.playback import PlaybackBuffer
@@ -36,6 +37,9 @@ from voicepipe.protocol.transport import Disconnected
 
 FRAME_S = 0.02  # microphone frames of 20 ms, as the browser client sends them
 PLAYBACK_S = 120.0  # room for more than the longest reply: synthesis runs well ahead of playback
+LATENCY_CALLBACKS = 20
+TAIL_CALLBACKS = 8  # the speaker's callbacks of silence after a reply still given to the canceller
+MOVED_S = 0.002  # the speaker's clock moved this far (an underrun): the reference starts again from there
 
 
 class Resampler:
@@ -75,11 +79,31 @@ class LocalLine:
         self._incoming: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._from_mic = Resampler(devices.input_rate, SAMPLE_RATE)
         self._to_speaker = Resampler(reply_rate, devices.output_rate)
+        self._to_reference = Resampler(devices.output_rate, SAMPLE_RATE)
+        self._position = 0  # samples of the speaker's stream so far (the PortAudio thread's)
+        self._speaker_clock = StreamClock(devices.output_rate)
+        self._latencies: list[float] = []  # the output latency PortAudio reported in the first callbacks
+        self._after = 0  # callbacks still to report after the last one that played anything
+        self._reference_next = -1  # the speaker's next sample, were the reference's stream unbroken
+        self._reference_start = 0.0  # when the reference stream's first sample played
+        self._reference_position = 0  # ...which was this sample of the speaker's stream
+        self._reference_given = 0  # samples the reference's resampler has given since then
         self._midline = False  # a reply is being printed as it streams
+        self._recorded = 0  # microphone samples (at the call's rate) handed to the call so far
 
     # -- the sound devices' callbacks (PortAudio's threads) ---------------------------------------------------
     def microphone(self, indata: np.ndarray, frames: int, time: Any, status: Any) -> None:
+        """Hand the frame to the call, and tell the echo canceller it had been recorded by now. (PortAudio's
+        own time at the ADC, through ALSA's pulse plugin, was measured wrong by up to 0.57 s; the callbacks'
+        times less the samples they brought held within a millisecond over 20 s.)"""
+        now = monotonic()
         pcm = self._from_mic(indata[:, 0].copy())
+        if self.front is not None and len(pcm):
+            try:
+                self._loop.call_soon_threadsafe(self.front.recorded, self._recorded, len(pcm), now)
+            except RuntimeError:
+                pass  # the call's loop has closed
+        self._recorded += len(pcm)
         if len(pcm):
             try:
                 self._loop.call_soon_threadsafe(self._incoming.put_nowait, pcm.astype("<i2", copy=False).tobytes())
@@ -87,15 +111,43 @@ class LocalLine:
                 pass  # the call's loop has closed: the microphone is no longer heard
 
     def speaker(self, outdata: np.ndarray, frames: int, time: Any, status: Any) -> None:
-        """Play the next samples, and give the echo canceller exactly what was played and when: now, plus
-        the output's latency (PortAudio's time at the DAC less its time now)."""
+        """Play the next samples, and give the echo canceller exactly what was played and when: on the
+        speaker stream's own clock (`StreamClock`: its callbacks' times less the samples before them), plus
+        the output's latency (PortAudio's time at the DAC less its time now, as first reported). Timed by each
+        callback alone, a reply's start moved with that callback's lateness, and the echo with it, every reply.
+        The silence after a reply goes too, for a while, so the resampler gives back its last milliseconds."""
         played = self.playback.read_into(outdata[:, 0])
-        if self.front is not None and played:
-            start = monotonic() + max(0.0, time.outputBufferDacTime - time.currentTime)
+        position, self._position = self._position, self._position + frames
+        if status and status.output_underflow:  # the card played silence meanwhile: the stream's clock moved
+            self._speaker_clock.origin = None
+        self._speaker_clock.seen(position, monotonic(), frames)
+        if len(self._latencies) < LATENCY_CALLBACKS:
+            self._latencies.append(max(0.0, time.outputBufferDacTime - time.currentTime))
+        self._after = TAIL_CALLBACKS if played else max(0, self._after - 1)
+        if self.front is not None and (played or self._after):
+            start = self._speaker_clock.time(position) + float(np.median(self._latencies))
             try:
-                self._loop.call_soon_threadsafe(self.front.played, outdata[:, 0].copy(), self.output_rate, start)
+                self._loop.call_soon_threadsafe(self._reference, outdata[:, 0].copy(), position, start)
             except RuntimeError:
                 pass  # the call's loop has closed
+
+    def _reference(self, pcm: np.ndarray, position: int, start: float) -> None:
+        """What the speaker played from `start` (sample `position` of its stream), for the echo canceller.
+
+        Resampled as one stream: each 9 ms callback's piece resampled on its own left an edge at every piece,
+        a distortion no linear canceller can model (measured through a sound server: its filter never came to
+        be trusted in a minute of replies). The stream resampler gives its output in bursts, so each burst is
+        placed by the samples it has given since the stream began (after a silence, or once the speaker's
+        clock has moved, it begins again)."""
+        since = start - (position - self._reference_position) / self.output_rate
+        if position != self._reference_next or abs(since - self._reference_start) > MOVED_S:
+            self._to_reference.clear()
+            self._reference_start, self._reference_position, self._reference_given = start, position, 0
+        self._reference_next = position + len(pcm)
+        out = self._to_reference(pcm)
+        if len(out):
+            self.front.played(out, SAMPLE_RATE, self._reference_start + self._reference_given / SAMPLE_RATE)
+            self._reference_given += len(out)
 
     # -- the Transport the session talks to ------------------------------------------------------------------
     async def recv(self) -> bytes:
