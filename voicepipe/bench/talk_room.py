@@ -36,8 +36,8 @@ from voicepipe.pipeline.outbound import AudioSent, PlaybackCleared
 
 BLOCK = RATE // 50  # the room's step: 20 ms
 PULSE_FORMAT = [f"--rate={RATE}", "--channels=1", "--format=s16le", "--latency-msec=20"]
-# The call's events as `bench room` reads them off the wire, so one set of figures serves both.
 STORY = "Tell me a story about a dragon."  # answered at length, and interrupted 1.5 s into its audio
+# The call's events as `bench room` reads them off the wire, so one set of figures serves both.
 WIRE = {SpeechStarted: "input_audio_buffer.speech_started", PlaybackCleared: "output_audio_buffer.cleared",
         ResponseCreated: "response.created",
         TranscriptFinal: "conversation.item.input_audio_transcription.completed"}

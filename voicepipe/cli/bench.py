@@ -286,12 +286,18 @@ def add_room_arguments(parser: argparse.ArgumentParser) -> None:
     add_llm_model_arguments(parser)
 
 
+def picked_rooms(rooms: str) -> list:
+    """The rooms named by `--rooms`: "all", or their numbers from 1, comma-separated."""
+    from voicepipe.bench.room_cases import CASES
+
+    return CASES if rooms == "all" else [CASES[int(i) - 1] for i in rooms.split(",")]
+
+
 def run_room_bench(args: argparse.Namespace) -> int:
     from voicepipe.backends.arguments import model_options
     from voicepipe.bench.room_bench import bench_room, print_barge_in, print_room, reply_sentences_of
-    from voicepipe.bench.room_cases import CASES
 
-    cases = CASES if args.rooms == "all" else [CASES[int(i) - 1] for i in args.rooms.split(",")]
+    cases = picked_rooms(args.rooms)
     sentences = reply_sentences_of(model_options(args))
 
     def show(report: dict) -> None:
@@ -317,13 +323,12 @@ def run_talk_bench(args: argparse.Namespace) -> int:
     from voicepipe.backends.arguments import model_options
     from voicepipe.bench import sound_server
     from voicepipe.bench.room_bench import print_room, reply_sentences_of
-    from voicepipe.bench.room_cases import CASES
     from voicepipe.bench.talk_room import bench_talk
 
     if not sound_server.available():
         raise SystemExit("voicepipe bench talk: needs PulseAudio (Debian: pulseaudio pulseaudio-utils "
                          "libasound2-plugins)")
-    cases = [CASES[int(i) - 1] for i in args.rooms.split(",")]
+    cases = picked_rooms(args.rooms)
     sentences = reply_sentences_of(model_options(args))
 
     def show(report: dict) -> None:

@@ -37,7 +37,7 @@ from voicepipe.protocol.transport import Disconnected
 
 FRAME_S = 0.02  # microphone frames of 20 ms, as the browser client sends them
 PLAYBACK_S = 120.0  # room for more than the longest reply: synthesis runs well ahead of playback
-LATENCY_CALLBACKS = 20
+LATENCY_CALLBACKS = 20  # the output latency is taken from the first callbacks' reports, then held
 TAIL_CALLBACKS = 8  # the speaker's callbacks of silence after a reply still given to the canceller
 MOVED_S = 0.002  # the speaker's clock moved this far (an underrun): the reference starts again from there
 
@@ -83,6 +83,7 @@ class LocalLine:
         self._position = 0  # samples of the speaker's stream so far (the PortAudio thread's)
         self._speaker_clock = StreamClock(devices.output_rate)
         self._latencies: list[float] = []  # the output latency PortAudio reported in the first callbacks
+        self._latency = 0.0  # ...their median, fixed once they are all in
         self._after = 0  # callbacks still to report after the last one that played anything
         self._reference_next = -1  # the speaker's next sample, were the reference's stream unbroken
         self._reference_start = 0.0  # when the reference stream's first sample played
@@ -93,22 +94,24 @@ class LocalLine:
 
     # -- the sound devices' callbacks (PortAudio's threads) ---------------------------------------------------
     def microphone(self, indata: np.ndarray, frames: int, time: Any, status: Any) -> None:
-        """Hand the frame to the call, and tell the echo canceller it had been recorded by now. (PortAudio's
-        own time at the ADC, through ALSA's pulse plugin, was measured wrong by up to 0.57 s; the callbacks'
-        times less the samples they brought held within a millisecond over 20 s.)"""
+        """Hand the frame to the call, with the time by which it had been recorded: now. (PortAudio's own
+        time at the ADC, through ALSA's pulse plugin, was measured wrong by up to 0.57 s; the callbacks' times
+        less the samples they brought held within a millisecond over 20 s.)"""
         now = monotonic()
         pcm = self._from_mic(indata[:, 0].copy())
-        if self.front is not None and len(pcm):
-            try:
-                self._loop.call_soon_threadsafe(self.front.recorded, self._recorded, len(pcm), now)
-            except RuntimeError:
-                pass  # the call's loop has closed
-        self._recorded += len(pcm)
-        if len(pcm):
-            try:
-                self._loop.call_soon_threadsafe(self._incoming.put_nowait, pcm.astype("<i2", copy=False).tobytes())
-            except RuntimeError:
-                pass  # the call's loop has closed: the microphone is no longer heard
+        if not len(pcm):
+            return
+        position, self._recorded = self._recorded, self._recorded + len(pcm)
+        try:
+            self._loop.call_soon_threadsafe(self._heard, pcm.astype("<i2", copy=False).tobytes(), position, now)
+        except RuntimeError:
+            pass  # the call's loop has closed: the microphone is no longer heard
+
+    def _heard(self, frame: bytes, position: int, at: float) -> None:
+        """On the call's loop: the echo canceller learns when the frame was recorded, then the call hears it."""
+        if self.front is not None:
+            self.front.recorded(position, len(frame) // 2, at)
+        self._incoming.put_nowait(frame)
 
     def speaker(self, outdata: np.ndarray, frames: int, time: Any, status: Any) -> None:
         """Play the next samples, and give the echo canceller exactly what was played and when: on the
@@ -123,9 +126,10 @@ class LocalLine:
         self._speaker_clock.seen(position, monotonic(), frames)
         if len(self._latencies) < LATENCY_CALLBACKS:
             self._latencies.append(max(0.0, time.outputBufferDacTime - time.currentTime))
+            self._latency = float(np.median(self._latencies))
         self._after = TAIL_CALLBACKS if played else max(0, self._after - 1)
         if self.front is not None and (played or self._after):
-            start = self._speaker_clock.time(position) + float(np.median(self._latencies))
+            start = self._speaker_clock.time(position) + self._latency
             try:
                 self._loop.call_soon_threadsafe(self._reference, outdata[:, 0].copy(), position, start)
             except RuntimeError:
