@@ -124,13 +124,11 @@ def spoken_questions(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str
     19 of 24): this one is its own voice, seeded, and says the set the same way every session.
     """
     import numpy as np
-    import onnxruntime
+    from support.helpers import seeded_piper
 
     from voicepipe.audio import resample, to_float32, write_wav
-    from voicepipe.backends.tts_piper import PiperTTS
 
-    onnxruntime.set_seed(0)  # read when a session's random nodes are built: before the voice is loaded
-    tts = PiperTTS()
+    tts = seeded_piper()
 
     folder = tmp_path_factory.mktemp("spoken")
     rows = [line.split("\t") for line in SPOKEN_QUESTIONS.read_text(encoding="utf-8").splitlines() if line]
