@@ -159,6 +159,24 @@ def test_a_sound_cards_word_on_when_it_recorded_is_taken_over_arrivals():
     assert near.feed(320, 100.31) == pytest.approx(100.02, abs=1e-3)
 
 
+def test_a_sound_cards_clock_holds_through_its_callbacks_wander_and_follows_a_break():
+    """Callbacks 0-3 ms late in a sawtooth (as a sound server's came under load): sample times stay on one
+    grid, to the microsecond. Samples lost (the callbacks 30 ms later from then on for 2 s): it follows."""
+    from voicepipe.frontend.reference import CardClock
+
+    clock = CardClock(16000)
+    times = []
+    for i in range(600):  # 12 s of 20 ms callbacks
+        late = 0.003 * (i % 37) / 36 + (0.03 if i >= 400 else 0.0)
+        clock.seen(320 * (i + 1), 100.0 + 0.02 * (i + 1) + late, 320)
+        times.append(clock.time(0))
+    assert max(times[60:399]) - min(times[60:399]) < 1e-6  # no wander once settled
+    assert times[599] == pytest.approx(100.03, abs=1e-3)  # the break, followed
+    clock.restart()
+    clock.seen(320, 200.02, 320)
+    assert clock.time(0) == pytest.approx(200.0)  # a break the card reported: placed afresh
+
+
 def test_noise_reduction_off_leaves_the_audio_alone_and_near_field_quietens_steady_noise():
     hiss = at_snr(noise("pink", 3.0, seed=5), 0.1, 0.0)
     off = AudioProcessing(echo=False, noise=None)

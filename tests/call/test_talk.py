@@ -265,3 +265,37 @@ async def test_a_late_callback_does_not_move_talks_echo_reference(monkeypatch):
     callbacks.run(10, late=0.04)
     await asyncio.sleep(0)
     assert front.far._chunks[0][0] == pytest.approx(1000.0 + 50 * 0.02 + 0.03)  # sample 16000's time, not 40 ms on
+
+
+async def test_talks_echo_reference_keeps_every_reply_on_the_speaker_streams_own_sample_grid(monkeypatch):
+    """Three replies of noise at 44.1 kHz, silences of odd lengths between them: each reply's far end at
+    16 kHz is the speaker's whole stream resampled, to a small fraction of a sample. A resampler started
+    again for each reply put each on a grid of its own (white noise came out 4-5 dB off, not 30)."""
+    import soxr
+
+    from voicepipe.frontend.stage import AudioFrontEnd
+    from voicepipe.local.talk import LocalLine
+    from voicepipe.pipeline import CallConfig
+
+    front = AudioFrontEnd(CallConfig(), own_far_end=True)
+    line = LocalLine(Devices(None, None, 16000, 44100), 44100, io.StringIO(), front)
+    callbacks = Callbacks(line, monkeypatch, 44100, 383)
+    played = []
+    speaker = line.speaker
+    line.speaker = lambda out, *rest: (speaker(out, *rest), played.append(out[:, 0].copy()))
+    rng = np.random.default_rng(0)
+    for silence in (150, 97, 131):
+        callbacks.run(silence)
+        line.playback.write((rng.standard_normal(44100) * 3000).astype(np.int16))
+        callbacks.run(44100 // 383 + 1)
+        await asyncio.sleep(0)
+    callbacks.run(40)
+    await asyncio.sleep(0)
+    whole = soxr.resample(np.concatenate(played).astype(np.float32) / 32768.0, 44100, 16000)
+    heard = front.far.read(1000.0 + 0.03, len(whole))
+    errors = []
+    for at in range(0, len(whole) - 800, 800):
+        truth = whole[at:at + 800]
+        if np.std(truth) > 0.01:  # 50 ms well inside a reply
+            errors.append(10 * np.log10(np.sum((heard[at:at + 800] - truth) ** 2) / np.sum(truth ** 2)))
+    assert len(errors) > 50 and max(errors) < -25

@@ -14,7 +14,9 @@ websocket call, with the positions those of the room's own stream.
 import asyncio
 import io
 import multiprocessing
+import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -35,7 +37,15 @@ from voicepipe.pipeline.events import Event, ResponseCreated, SpeechStarted, Tra
 from voicepipe.pipeline.outbound import AudioSent, PlaybackCleared
 
 BLOCK = RATE // 50  # the room's step: 20 ms
-PULSE_FORMAT = [f"--rate={RATE}", "--channels=1", "--format=s16le", "--latency-msec=20"]
+PULSE_FORMAT = [f"--rate={RATE}", "--channels=1", "--format=s16le"]
+# What the air plays into the microphone waits this long in the sound server: with 20 ms there, the air's
+# process, held up by the call's work on the same cores, ran dry 5-6 times a minute and the sound server
+# filled each gap with silence, moving the echo and the caller 1-6 ms later each time (measured: noise bursts
+# through the air beside three busy processes); with 100 ms, none in a minute, the delay steady to 0.1 ms.
+# The price is ~40 ms more between the caller's mouth and talk's microphone, in every figure that starts there.
+MIC_LATENCY = "--latency-msec=100"
+AIR_NICE = -10
+SPEAKER_LATENCY = "--latency-msec=20"
 STORY = "Tell me a story about a dragon."  # answered at length, and interrupted 1.5 s into its audio
 # The call's events as `bench room` reads them off the wire, so one set of figures serves both.
 WIRE = {SpeechStarted: "input_audio_buffer.speech_started", PlaybackCleared: "output_audio_buffer.cleared",
@@ -87,12 +97,20 @@ class Air:
 def breathe(case: RoomCase, reply_rms: float, voices: list[np.ndarray], position, last_played, said,
             stop) -> None:
     """The air's process: 20 ms of what the speaker played (`parec`) in, 20 ms of the microphone (`pacat`)
-    out: the echo through the room, with the microphone's own noise, the caller's voice and the room's noise."""
+    out: the echo through the room, with the microphone's own noise, the caller's voice and the room's noise.
+    It asks for a higher priority than the call's: at the call's own, the models' work on the same cores held
+    it up for seconds at a time, and no room waits for a process."""
+    try:
+        os.nice(AIR_NICE)
+    except PermissionError:
+        print("bench talk: the air could not raise its priority (needs CAP_SYS_NICE): where the call's work holds "
+              "it up, the echo and the caller arrive late", file=sys.stderr)
     speaker = Loudspeaker(case.room, VOICE_RMS, reply_rms) if case.room else None
     noise = caller_noise(case, voices)
     hiss = np.random.default_rng(0).standard_normal(RATE).astype(np.float32) * SELF_NOISE
-    recorder = subprocess.Popen(["parec", "-d", "speaker.monitor", *PULSE_FORMAT], stdout=subprocess.PIPE)
-    player = subprocess.Popen(["pacat", "-d", "mic", *PULSE_FORMAT], stdin=subprocess.PIPE)
+    recorder = subprocess.Popen(["parec", "-d", "speaker.monitor", *PULSE_FORMAT, SPEAKER_LATENCY],
+                                stdout=subprocess.PIPE)
+    player = subprocess.Popen(["pacat", "-d", "mic", *PULSE_FORMAT, MIC_LATENCY], stdin=subprocess.PIPE)
     speech: list[tuple[int, np.ndarray]] = []  # (where it starts, the caller's voice)
     start = 0
     try:

@@ -23,15 +23,22 @@ from collections import deque
 
 import numpy as np
 
+from voicepipe.frontend.echo_lag import EchoLag
 from voicepipe.frontend.speex_echo import SpeexEcho, library
 
-# The filter's length, from where the echo starts: the far end reaches it delayed by the echo path's lag
-# (`EchoPath.lag`, less a margin). Aligned so, with 300 ms of filter, it was trusted after 9.4 s of replies in
-# the synthetic rooms, against 19-20 s unaligned with the 600 ms that 300 ms of unknown delay would need.
+# The filter's length, from where the echo starts: the far end reaches it delayed by the echo's lag, less a
+# margin. Aligned so, with 300 ms of filter, it was trusted after 9.4 s of replies in the synthetic rooms,
+# against 19-20 s unaligned with the 600 ms that 300 ms of unknown delay would need. The lag is the sample's
+# (`EchoLag`) once two estimates in a row agree, and the filter's far end follows it when it moves, keeping
+# what it learnt; until then the frames' (`EchoPath.lag`), to 10 ms.
 TAIL_S = 0.3
-MARGIN = 5  # frames of the lag left to the filter when aligning: the lag judged may fall either side of the echo
+LEAD = 160  # samples of the sample-exact lag left to the filter when aligning: a loudspeaker's own delay spread
+AGREE = 16  # samples two estimates in a row may differ by and still be one lag
+MOVED = 2  # samples the lag must move by for the far end to follow
+FOLLOWED = 320  # ...and may move by at most (20 ms: a buffer's step); further, another path: learnt anew
+MARGIN = 5  # frames of the frames' lag left to the filter: the lag judged may fall either side of the echo
 NEAR = 2  # ...and never fewer than these
-SLACK = 10  # frames the echo path's lag may move later before the filter is aligned again
+SLACK = 10  # frames the frames' lag may move later before the filter is aligned again
 WINDOW = 500  # loud far-end frames judged (5 s of the reply at its loudest)
 RECENT = 100  # ...and doubted on the latest of them (1-2 s), every DOUBT_EVERY far-end frames
 JUDGE_EVERY = 50
@@ -51,10 +58,14 @@ class LinearStage:
 
     def __init__(self, rate: int, frame: int) -> None:
         lib = library()
-        self._echo = SpeexEcho(lib, rate, frame, int(TAIL_S * rate)) if lib is not None else None
+        self._tail = int(TAIL_S * rate)
+        self._echo = SpeexEcho(lib, rate, frame, self._tail) if lib is not None else None
         self._frame = frame
-        self._shift: int | None = None  # frames the far end is delayed by, once the echo path's lag is known
-        self._far: deque[np.ndarray] = deque(maxlen=1)
+        self._shift: int | None = None  # samples the far end is delayed by, once the echo's lag is known
+        self._line = np.zeros(frame, np.float32)  # the far end's latest samples, as far back as the shift
+        self._lag = EchoLag(rate, frame)
+        self._estimate: int | None = None  # the latest sample-exact lag estimated
+        self._anchor: int | None = None  # the sample-exact lag the filter's far end is aligned to
         self._frames: deque[tuple[float, float]] = deque(maxlen=4 * WINDOW)  # (far's log energy, dB removed)
         self._recent: deque[float] = deque(maxlen=RECENT)  # dB removed in the latest loud frames
         self._loudest = np.inf  # the far end's loudest frame in the window (log10 of energy)
@@ -71,19 +82,20 @@ class LinearStage:
         return self._echo is not None
 
     @property
-    def delay_frames(self) -> int | None:
-        """How late the far end reaches the filter (None until the echo path's lag is known)."""
-        return self._shift
+    def delay_frames(self) -> float | None:
+        """How late the far end reaches the filter, in frames (None until the echo's lag is known)."""
+        return None if self._shift is None else self._shift / self._frame
 
     def process(self, near: np.ndarray, far: np.ndarray, lag: int | None) -> np.ndarray:
         """The microphone frame less the echo the filter predicts (the frame itself without libspeexdsp);
         `lag` is the echo path's, in frames, where known."""
         if self._echo is None:
             return near
-        if lag is not None and not self.proven and self._misaligned(lag):
-            self._align(max(0, lag - MARGIN))
-        self._far.append(far)
-        out = self._echo.process(near, self._far[0])
+        self._follow(self._lag.add(near, far))
+        if self._anchor is None and lag is not None and not self.proven and self._misaligned(lag):
+            self._align(max(0, lag - MARGIN) * self._frame)
+        self._line = np.concatenate([self._line, far])[-(self._frame + (self._shift or 0)):]
+        out = self._echo.process(near, self._line[:self._frame])
         before, after = float(np.dot(near, near)), float(np.dot(out, out))
         # Louder out than in: it subtracted an echo that was not there (a filter still learning the delay,
         # or one that learnt another room); the frame is not its to give.
@@ -108,34 +120,73 @@ class LinearStage:
             self._since += 1
             if self._since % DOUBT_EVERY == 0 and self.proven and len(self._recent) >= RECENT // 2 \
                     and np.percentile(self._recent, 75) < DOUBT_DB:
-                self._forget()
+                # The echo moved before two estimates agreed on it (the filter unlearns while out of line),
+                # or the room changed.
+                lag = self._lag.now()
+                if lag is None or self._anchor is None or not self._move(lag):
+                    self._forget()
             if self._since >= JUDGE_EVERY:
                 self._since = 0
                 self._judge()
         return out
 
+    def _follow(self, lag: int | None) -> None:
+        """A sample-exact estimate of the echo's lag (None: none due, or none clear). Two in a row agreeing
+        align the filter there, where it was not yet; once aligned, the far end moves with the lag, and the
+        filter keeps what it learnt, unless the echo has left its reach."""
+        if lag is None:
+            return
+        estimate, self._estimate = self._estimate, lag
+        if estimate is None or abs(lag - estimate) > AGREE:
+            return
+        if self._anchor is None:
+            self._anchor = lag
+            if self._shift is None or not 0 <= lag - self._shift < self._tail // 2:
+                self._align(max(0, lag - LEAD))  # (where the frames' lag put it well before the echo, it stays)
+        else:
+            self._move(lag)
+
+    def _move(self, lag: int) -> bool:
+        """Whether the echo's lag has moved from where the filter's far end is aligned; if so the far end
+        moves with it."""
+        moved = lag - self._anchor
+        if abs(moved) < MOVED:
+            return False
+        self._anchor, shift = lag, self._shift + moved
+        if shift >= 0 and abs(moved) <= FOLLOWED:
+            self._shift = shift
+            self._recent.clear()  # the doubt's evidence was of frames out of line
+        else:
+            self._align(max(0, lag - LEAD))
+        return True
+
     def _forget(self) -> None:
         """The room changed under the filter: it learns it again from nothing, as at the call's start (what
-        it learnt is no nearer the new room than nothing), aligned again to the echo path's lag."""
-        self._shift = None
+        it learnt is no nearer the new room than nothing), aligned again to the echo's lag."""
+        if self._anchor is None:
+            self._shift = None
         self._restart()
 
     def _misaligned(self, lag: int) -> bool:
         """Whether the filter, as delayed now, starts too near an echo `lag` frames late (or after it), or so
         far before it that its length no longer covers the room. The lag judged wanders by a few frames,
         mostly earlier as evidence gathers, and each new start costs seconds of learning: MARGIN absorbs it."""
-        return self._shift is None or max(0, lag - NEAR) < self._shift or lag - MARGIN > self._shift + SLACK
+        if self._shift is None:
+            return True
+        shift = self._shift // self._frame
+        return max(0, lag - NEAR) < shift or lag - MARGIN > shift + SLACK
 
-    def _align(self, frames: int) -> None:
-        """The far end from now on reaches the filter `frames` late: it starts learning again from there."""
-        self._shift = frames
-        self._far = deque([np.zeros(self._frame, np.float32)] * frames, maxlen=frames + 1)
+    def _align(self, samples: int) -> None:
+        """The far end from now on reaches the filter `samples` late: it starts learning again from there."""
+        self._shift = samples
+        self._line = np.zeros(self._frame + samples, np.float32)
         self._restart()
 
     def _restart(self) -> None:
         self._echo.reset()
         self._frames.clear()
         self._recent.clear()
+        self._since = 0
         self.proven = False
 
     def _judge(self) -> None:

@@ -92,9 +92,9 @@ class AudioProcessing:
     def _cancel(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
         echoing = self.path.far(far) and self.path.present
         self.path.near(near)
+        linear = self.linear.process(near, far, self.path.lag)  # every frame: its lag and far end run unbroken
         if not echoing:
             return self._aec.process(near, SILENCE + DITHER)
-        linear = self.linear.process(near, far, self.path.lag)
         cancelled = self._aec.process(near, far + DITHER)
         if self.linear.proven and not self.linear.wrong:
             return linear if self.linear.removed < RESIDUE_DB else self._room()

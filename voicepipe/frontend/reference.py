@@ -79,6 +79,50 @@ class StreamClock:
     def time(self, position: int) -> float:
         return self.origin + position / self.rate
 
+    def restart(self) -> None:
+        """The stream broke (samples lost or played twice): its next piece sets the origin afresh."""
+        self.origin = None
+
+
+class CardClock(StreamClock):
+    """A sound card's stream: its samples are its clock. Its callbacks place sample 0 in its first SETTLE_S
+    (the earliest of them less the samples before it), and after that only a break moves it: one the card
+    reports (`restart`), or callbacks out of line by more than JUMP_S for WINDOW_S on end.
+
+    Following the callbacks' times further put a wander on the samples that no room has: measured through a
+    sound server under load, the earliest microphone callback of each second rose 0.1 ms a second and fell
+    back 1.2 ms every few seconds, the speaker's ran 100 ppm ahead of our clock while what it played did
+    not (against the sound server's own record of it), and a linear canceller needs its far end within a
+    fraction of a sample of the echo. Two streams of one card stay in step this way whatever their
+    callbacks do; a drift between two cards is the canceller's to follow (`EchoLag`)."""
+
+    SETTLE_S = 1.0
+    WINDOW_S = 2.0
+    JUMP_S = 0.02
+
+    def __init__(self, rate: int) -> None:
+        super().__init__(rate)
+        self._settled_at: float | None = None  # when the first SETTLE_S end
+        self._earliest: deque[tuple[float, float]] = deque()  # (time seen, offset), offsets rising: a running min
+
+    def seen(self, position: int, at: float, n: int) -> None:
+        offset = at - position / self.rate
+        while self._earliest and self._earliest[-1][1] >= offset:
+            self._earliest.pop()
+        self._earliest.append((at, offset))
+        while self._earliest[0][0] < at - self.WINDOW_S:
+            self._earliest.popleft()
+        earliest = self._earliest[0][1]
+        if self._settled_at is None:
+            self._settled_at = at + self.SETTLE_S
+        if at < self._settled_at or abs(earliest - self.origin) > self.JUMP_S:
+            self.origin = earliest
+
+    def restart(self) -> None:
+        super().restart()
+        self._settled_at = None
+        self._earliest.clear()
+
 
 class NearEnd:
     """When each sample of the microphone stream was recorded, on the server's clock."""
@@ -88,12 +132,12 @@ class NearEnd:
         self.clock = StreamClock(RATE)  # when each was recorded
         self.live = True  # the last samples came no faster than a microphone records them
         self._recent: deque[tuple[float, float]] = deque()  # (arrival, offset) over the last seconds
-        self._own_clock = False  # the sound card's callbacks time the samples, not their arrival
 
     def recorded_by(self, position: int, n: int, at: float) -> None:
         """The sound card's word: the `n` samples from `position` on had been recorded by `at` (its callback's
         time). Taken from now on instead of arrivals."""
-        self._own_clock = True
+        if not isinstance(self.clock, CardClock):
+            self.clock = CardClock(RATE)
         self.clock.seen(position + n, at, n)
 
     def feed(self, n: int, now: float) -> float:
@@ -104,6 +148,6 @@ class NearEnd:
         while self._recent[0][0] < now - 2.0:
             self._recent.popleft()
         self.live = offset > max(o for _, o in self._recent) - BURST_S  # not ahead of where it ran lately
-        if not self._own_clock:
+        if not isinstance(self.clock, CardClock):
             self.clock.seen(self.fed, now, n)
         return self.clock.time(self.fed - n)
