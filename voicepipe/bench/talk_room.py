@@ -79,6 +79,17 @@ class Air:
         """Where in the microphone's stream the speaker last played anything."""
         return self._last_played.value
 
+    async def breathing(self, timeout_s: float = 30.0) -> None:
+        """Until the air has played a quarter of a second into the microphone. A microphone records the room's
+        noise from its first sample; the microphone's sink sends digital silence until then, and a call that
+        hears that from a microphone takes it for a client that gates its own input (`EchoPath`): it judged
+        the loudspeaker not heard, and the first reply's echo went to the VAD uncancelled."""
+        for _ in range(int(timeout_s / 0.05)):
+            if self.position >= RATE // 4:
+                return
+            await asyncio.sleep(0.05)
+        raise RuntimeError("the air's process did not start")
+
     def say(self, speech: np.ndarray, text: str) -> tuple[int, int]:
         """The caller says `speech` a block or two from now: its (start, end) in the microphone's stream."""
         start = max(self.position + 2 * BLOCK, self._voice_end)
@@ -196,6 +207,7 @@ async def run_room(runtime: Runtime, case: RoomCase, echo: bool, questions: list
     call = LocalCall(runtime, devices, out=io.StringIO(), config=CallConfig(echo_cancellation=echo))
     air = Air(case, reply_rms, voices)
     listener = Listener(call, air)
+    await air.breathing()
     running = asyncio.create_task(call.run())
     onsets = []
     try:
