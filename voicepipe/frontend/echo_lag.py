@@ -8,10 +8,11 @@ through PulseAudio under load: 1-16 ms between one reply and the next, steady wi
 (`EchoPath.lag`) place the echo to 10 ms; this places it to the sample a few hundred milliseconds into each
 reply, so the filter's far end can be moved with it rather than the room learnt again.
 
-Measured on a call through a sound server: with the echo 6 dB over the caller, the true delay stood out at
-30-110 times the correlation's mean, a wrong one at 4-6; plain cross-correlation (BETA 0) drew a broad peak
-that wandered with the speech, full flattening (BETA 1) followed the noise in the bands the voice leaves
-empty.
+Measured on a call through a sound server, the echo 6 dB over the caller: the true delay stood out at 24-92
+times the correlation's mean (5th to 95th percentile of 250 estimates), the 28 wrong ones (the far end barely
+playing in the window) at a median 13 and at most 25, so an estimate counts over CONFIDENT and two in a row
+must agree (`LinearStage`). Plain cross-correlation (BETA 0) drew a broad peak that wandered with the speech;
+full flattening (BETA 1) followed the noise in the bands the voice leaves empty.
 """
 
 from collections import deque
