@@ -120,9 +120,6 @@ class SpeakerphoneCaller:
             elif event["type"] == "output_audio_buffer.cleared" and self.speaker is not None:
                 self.speaker.clear(self.sent)
 
-    def count(self, kind: str) -> int:
-        return sum(1 for _, e in self.heard.events if e["type"] == kind)
-
     async def until(self, kind: str, after: int, timeout_s: float) -> bool:
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
@@ -158,7 +155,7 @@ async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.nda
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    return figures(caller, onsets, front)
+    return figures(caller.heard, onsets, front)
 
 
 def words(text: str) -> list[str]:
@@ -176,8 +173,8 @@ def word_errors(said: str, heard: str) -> tuple[int, int]:
     return row[-1], len(a)
 
 
-def figures(caller: SpeakerphoneCaller, onsets: list[int], front: bool) -> dict:
-    h = caller.heard
+def figures(h: Heard, onsets: list[int], front: bool) -> dict:
+    """A call's figures from what its caller heard and said (a websocket's caller or `talk`'s listener)."""
     spoken = h.spoken
 
     def speaking(at: int, margin: int = RATE) -> tuple[int, int, str] | None:
@@ -204,7 +201,7 @@ def figures(caller: SpeakerphoneCaller, onsets: list[int], front: bool) -> dict:
     cpu = front_end_cpu(h) if h.far else None
     return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
             "word_error": errors / max(1, total),
-            "replies": caller.count("response.created"),
+            "replies": sum(1 for _, e in h.events if e["type"] == "response.created"),
             "false_barge_ins": sum(1 for c in cleared if speaking(c, RATE // 2) is None),
             "phantom_transcripts": sum(1 for at, _ in transcripts if speaking(at, 3 * RATE) is None),
             "speech_started_while_silent": sum(1 for s in starts if speaking(s, 0) is None),

@@ -180,9 +180,6 @@ class Listener:
         body = {"type": kind, "transcript": event.text} if isinstance(event, TranscriptFinal) else {"type": kind}
         heard.events.append((at, body))
 
-    def count(self, kind: str) -> int:
-        return sum(1 for _, e in self.heard.events if e["type"] == kind)
-
     async def playing_after(self, at: int, timeout_s: float = 20.0) -> bool:
         """Until the speaker plays something after stream position `at`."""
         for _ in range(int(timeout_s / 0.05)):
@@ -229,7 +226,7 @@ async def run_room(runtime: Runtime, case: RoomCase, echo: bool, questions: list
         await asyncio.wait_for(running, 60)
         air.close()
     front = call.line.front.processing
-    result = figures(listener, onsets, echo)
+    result = figures(listener.heard, onsets, echo)
     lag = front.path.lag if echo else None
     result.update(canceller=front.canceller, judged_lag_ms=None if lag is None else 10 * lag,
                   room_delay_ms=case.room.delay_ms if case.room else None)

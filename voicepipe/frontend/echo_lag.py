@@ -1,10 +1,10 @@
 """The echo's delay to the sample: where the microphone's audio best matches the far end's over the last
-second, by cross-correlation with the spectrum's magnitude partly flattened (a generalized cross-correlation,
-"PHAT" weighting raised to BETA, over the voice's band).
+half second, by cross-correlation with the spectrum's magnitude partly flattened (a generalized
+cross-correlation, "PHAT" weighting raised to BETA, over the voice's band).
 
 A linear canceller models the echo sample by sample, so its far end must stay where it learnt the echo to
-within a fraction of a sample; a sound server's buffers move it a few milliseconds at a time (measured
-through PulseAudio under load: 1-16 ms between one reply and the next, steady within each). Frames' levels
+within a fraction of a sample; a break in a sound card's stream (an underrun) or a client's playback buffer
+moves it by milliseconds at a time, and a second card's clock drifts from the first's. Frames' levels
 (`EchoPath.lag`) place the echo to 10 ms; this places it to the sample a few hundred milliseconds into each
 reply, so the filter's far end can be moved with it rather than the room learnt again.
 
@@ -33,7 +33,6 @@ class EchoLag:
     samples where the evidence is clear."""
 
     def __init__(self, rate: int, frame: int) -> None:
-        self.rate, self.frame = rate, frame
         window, reach = int(WINDOW_S * rate) // frame, int(MAX_LAG_S * rate) // frame
         self._near: deque[np.ndarray] = deque(maxlen=window)
         self._far: deque[np.ndarray] = deque(maxlen=window + reach)
