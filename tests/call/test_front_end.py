@@ -186,20 +186,28 @@ def test_noise_reduction_off_leaves_the_audio_alone_and_near_field_quietens_stea
     assert active_rms(out[RATE:]) < 0.5 * active_rms(hiss[RATE:])
 
 
-async def test_a_session_update_turns_the_suppressor_on_and_off_in_the_audio_the_vad_gets():
-    call = Call()
-    try:
-        front = call.stage(FrontEndStage).front
-        assert not front.processing.active or front.processing.noise is None
-        from voicepipe.pipeline.requests import SessionUpdate
+async def test_a_session_update_turns_the_suppressor_on_and_off_in_what_the_asr_hears_and_the_vad_judges_the_rest():
+    """Under near_field the audio going on is suppressed and carries the same audio before the suppressor, for
+    the VAD to judge; under null it is the microphone's as it came, with nothing beside it."""
+    from support.fake_call import run_stage
 
-        update = SessionUpdate(call.config.instructions, True, {}, (), "auto",
-                               {"noise_reduction": "near_field", "echo_cancellation": False})
-        await call.push(update)
-        assert front.processing.noise == "near_field" and not front.processing.echo
-        assert call.client.of("session.updated")
-    finally:
-        await call.close()
+    from voicepipe.frontend.stage import AudioFrontEnd
+    from voicepipe.pipeline import CallConfig
+    from voicepipe.pipeline.requests import SessionUpdate
+
+    hiss = at_snr(noise("pink", 2.0, seed=5), 0.1, 0.0)
+    chunks = [AudioIn(hiss[i:i + 320]) for i in range(0, len(hiss), 320)]
+    front = AudioFrontEnd(CallConfig(echo_cancellation=False))
+    off = SessionUpdate("", True, {}, (), "auto", {"noise_reduction": None})
+    down, _ = await run_stage(FrontEndStage(front), [*chunks, off, *chunks])
+    audio = [e for e in down if isinstance(e, AudioIn)]
+    suppressed, plain = audio[:len(chunks)], audio[len(chunks):]
+    before = np.concatenate([e.unsuppressed for e in suppressed])
+    after = np.concatenate([e.samples for e in suppressed])
+    assert np.array_equal(before, hiss[:len(before)])  # the default suppressor; the VAD's audio is the microphone's
+    assert active_rms(after[RATE:]) < 0.5 * active_rms(before[RATE:])  # what the ASR hears: the noise taken down
+    assert all(e.unsuppressed is None for e in plain)
+    assert np.array_equal(np.concatenate([e.samples for e in plain]), hiss)
 
 
 def test_audio_sent_faster_than_real_time_is_no_live_microphone():

@@ -25,7 +25,7 @@ class ScriptedEndpointer:
         self.settings, self.script, self.max_utterance_s = settings, script, 30.0
         self.commits, self.speech_samples, self.limits, self.fed = 0, 0, [], 0
 
-    def feed(self, samples: np.ndarray) -> list[Boundary]:
+    def feed(self, samples: np.ndarray, unsuppressed: np.ndarray | None = None) -> list[Boundary]:
         """The next boundaries, as if the audio up to the last of them had just been fed."""
         found = self.script.pop(0) if self.script else []
         self.speech_samples = max([self.speech_samples, *(b.speech_samples for b in found)])

@@ -114,6 +114,25 @@ def test_the_threshold_follows_a_steady_noise_floor_so_noise_neither_starts_nor_
     assert [b.kind for b in quiet.feed(windows([0.0] * 100 + [0.05] * 5))][:1] == ["start"]  # quiet: 0.5 holds
 
 
+class Loudness:
+    """A VAD that hears speech in any window over 0.02 RMS."""
+
+    def __call__(self, window: np.ndarray) -> float:
+        return 0.95 if np.sqrt(np.mean(np.square(window))) > 0.02 else 0.05
+
+
+def test_the_vad_judges_the_audio_before_the_suppressor_and_the_utterance_is_the_suppressed_audio():
+    before = windows([0.001] * 40 + [0.05] * 20 + [0.001] * 40)
+    after = before * np.float32(0.1)  # the voice 20 dB down: a suppressor's output, under the VAD's ear
+    found = Endpointer(TurnDetection(type="server_vad"), vad=Loudness()).feed(after, before)
+    assert [b.kind for b in found if b.kind in ("start", "stop")] == ["start", "stop"]
+    start = found[0].position
+    heard = np.concatenate([b.audio for b in found if b.kind == "audio"])
+    assert np.array_equal(heard, after[start:start + len(heard)])  # the utterance: what the ASR is to hear
+    alone = Endpointer(TurnDetection(type="server_vad"), vad=Loudness()).feed(after)
+    assert not [b for b in alone if b.kind == "start"]  # judged on the suppressed audio, the voice is missed
+
+
 def test_voices_around_the_caller_at_the_noises_level_are_no_speech_and_the_caller_above_them_is():
     """Babble scores as speech; what sets the caller apart is standing above it. (Before half a second of
     audio gives the level floor, the VAD alone decides: babble there may start an utterance, which ends

@@ -16,7 +16,7 @@ import numpy as np
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.room import RATE, Room, active_rms
 from voicepipe.bench.speakerphone import Loudspeaker
-from voicepipe.frontend.processing import AudioProcessing
+from voicepipe.frontend.processing import AudioProcessing, NoiseReduction
 from voicepipe.turns.endpointer import Endpointer
 from voicepipe.turns.vad_stage import BARGE_IN_MS, WINDOW_MS
 
@@ -35,10 +35,11 @@ class BargeInRule:
         self._speech_ms = 0
         self._fired = False
 
-    def feed(self, audio: np.ndarray) -> list[int]:
-        """The stream positions (samples) at which barge-ins were heard in `audio`."""
+    def feed(self, audio: np.ndarray, unsuppressed: np.ndarray | None = None) -> list[int]:
+        """The stream positions (samples) at which barge-ins were heard in `audio` (`unsuppressed`: the same
+        before the noise suppressor, as the call passes it)."""
         found = []
-        for boundary in self.endpointer.feed(audio):
+        for boundary in self.endpointer.feed(audio, unsuppressed):
             if boundary.kind == "start":
                 self._speech_ms, self._fired = WINDOW_MS, False
             elif boundary.kind == "audio" and boundary.is_speech and not self._fired:
@@ -58,12 +59,14 @@ def replies(sentences: list[np.ndarray], n: int) -> Iterator[np.ndarray]:
 
 
 def try_room(room: Room | None, noise: np.ndarray | None, front: bool, sentences: list[np.ndarray],
-             voices: list[np.ndarray], voice_rms: float, reply_rms: float, n_replies: int = 40, seed: int = 0) -> dict:
+             voices: list[np.ndarray], voice_rms: float, reply_rms: float, n_replies: int = 40, seed: int = 0,
+             suppressor: NoiseReduction = "near_field") -> dict:
     """One stream of `n_replies` replies through `room` (None: the loudspeaker is not heard), with `noise`
-    (at its level in the microphone, looped) around the caller."""
+    (at its level in the microphone, looped) around the caller; the front end on is the canceller and
+    `suppressor`, off neither."""
     rng = np.random.default_rng(seed)
     speaker = Loudspeaker(room or Room(), voice_rms, reply_rms)
-    processing = AudioProcessing(echo=front, noise="far_field" if front and noise is not None else None)
+    processing = AudioProcessing(echo=front, noise=suppressor if front else None)
     rule = BargeInRule()
     latencies: list[float | None] = []
     false_barge_ins, position = 0, 0
@@ -87,7 +90,7 @@ def try_room(room: Room | None, noise: np.ndarray | None, front: bool, sentences
                 mic[max(0, -lo): max(0, -lo) + len(part)] += part
             far = speaker.played[position:position + FRAME]
             far = np.pad(far, (0, FRAME - len(far)))
-            for at in rule.feed(processing.process(mic, far)):
+            for at in rule.feed(processing.process(mic, far), processing.unsuppressed):
                 if onset is not None and at >= onset and heard_at is None:
                     heard_at = at
                     speaker.clear(position + FRAME)  # the client drops its queue

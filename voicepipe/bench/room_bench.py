@@ -136,8 +136,8 @@ async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.nda
         tasks = [asyncio.create_task(caller.microphone()), asyncio.create_task(caller.read())]
         try:
             await ws.send(json.dumps({"type": "session.update", "session": {
-                "echo_cancellation": front, "noise_reduction": {"type": "far_field"} if front and case.noise
-                else None, "turn_detection": {"type": "server_vad"}}}))
+                "echo_cancellation": front, "noise_reduction": {"type": "near_field"} if front else None,
+                "turn_detection": {"type": "server_vad"}}}))
             await asyncio.sleep(1.0)
             onsets = []
             for i, (speech, text) in enumerate(zip(questions, QUESTIONS, strict=True)):
@@ -215,7 +215,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
 def front_end_cpu(h: Heard) -> float:
     """The front end's CPU time per second of audio, run over the call's microphone and loudspeaker."""
     mic, far = np.concatenate(h.mic), np.concatenate([np.pad(f, (0, FRAME - len(f))) for f in h.far])
-    processing = AudioProcessing(echo=True, noise="far_field")
+    processing = AudioProcessing(echo=True, noise="near_field")
     t0 = time.thread_time()
     for i in range(0, len(mic), FRAME):
         processing.process(mic[i:i + FRAME], far[i:i + FRAME])

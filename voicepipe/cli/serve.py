@@ -37,7 +37,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cancel the reply's echo from each call's microphone (default: on; a client with a "
                              "canceller of its own turns it off with its session)")
     parser.add_argument("--noise-reduction", type=flag_type("noise_reduction"), metavar="off|near_field|far_field",
-                        help="each call's noise suppressor, as audio.input.noise_reduction names it (default: off)")
+                        help="each call's noise suppressor, as audio.input.noise_reduction names it (default: "
+                             "near_field)")
     parser.add_argument("--max-batch-tokens", type=flag_type("max_batch_tokens"), metavar="N",
                         help=f"the engine's token budget per step, at start (default: {DEFAULTS.max_batch_tokens})")
     parser.add_argument("--max-batch-seqs", type=flag_type("max_batch_seqs"), metavar="N",

@@ -49,6 +49,7 @@ class AudioProcessing:
         self.linear = LinearStage(RATE, FRAME)
         self._aec, self._ns = self._make_aec(), self._make_ns()
         self._rng = np.random.default_rng(1)
+        self.unsuppressed: np.ndarray | None = None  # the last output as it was before the suppressor
 
     @property
     def active(self) -> bool:
@@ -74,20 +75,24 @@ class AudioProcessing:
 
     def process(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
         """The cleaned microphone audio for `near` (float32), whose loudspeaker audio over the same time was
-        `far`; as many whole frames as are complete."""
+        `far`; as many whole frames as are complete. Where the suppressor ran, `unsuppressed` holds the same
+        frames before it."""
+        self.unsuppressed = None
         if not self.active:
             return near
         self._near = np.concatenate([self._near, near.astype(np.float32, copy=False)])
         self._far = np.concatenate([self._far, far.astype(np.float32, copy=False)])
         n = len(self._near) // FRAME * FRAME
-        out = np.empty(n, np.float32)
+        cancelled = np.empty(n, np.float32)
         for i in range(0, n, FRAME):
             frame = self._near[i:i + FRAME]
-            if self._aec:
-                frame = self._cancel(frame, self._far[i:i + FRAME])
-            out[i:i + FRAME] = self._ns.process(frame) if self._ns else frame
+            cancelled[i:i + FRAME] = self._cancel(frame, self._far[i:i + FRAME]) if self._aec else frame
         self._near, self._far = self._near[n:], self._far[n:]
-        return out
+        if not self._ns:
+            return cancelled
+        self.unsuppressed = cancelled
+        return np.concatenate([self._ns.process(cancelled[i:i + FRAME]) for i in range(0, n, FRAME)]) if n \
+            else cancelled
 
     def _cancel(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
         echoing = self.path.far(far) and self.path.present

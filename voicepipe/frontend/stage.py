@@ -55,10 +55,11 @@ class AudioFrontEnd:
         self.processing = AudioProcessing(config.echo_cancellation, config.noise_reduction)
         self.echo = EchoReport()
 
-    def clean(self, samples: np.ndarray) -> np.ndarray:
+    def clean(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The cleaned audio for `samples`, and where the suppressor ran, the same audio before it."""
         start = self.near.feed(len(samples), self.clock())
         if not self.processing.active:
-            return samples
+            return samples, None
         # Audio sent faster than real time was recorded before it came (a file, a test): no loudspeaker played
         # into it that the server's clock could place, so there is nothing to cancel.
         far = self.far.read(start, len(samples)) if self.processing.echo and self.near.live \
@@ -66,7 +67,7 @@ class AudioFrontEnd:
         out = self.processing.process(samples, far)
         if self.processing.echo and np.any(far):
             self.echo.add(samples, out)
-        return out
+        return out, self.processing.unsuppressed
 
     @property
     def loudspeaker_heard(self) -> bool | None:
@@ -98,13 +99,13 @@ class FrontEndStage(Stage):
 
     async def process(self, event: Event) -> None:
         if isinstance(event, AudioIn):
-            out = self.front.clean(event.samples)
+            out, unsuppressed = self.front.clean(event.samples)
             heard = self.front.loudspeaker_heard
             if heard is not None and heard != self._heard:
                 self._heard = heard
                 self.emit(EchoPathJudged(heard))
             if len(out):
-                self.emit(AudioIn(out))
+                self.emit(AudioIn(out, unsuppressed))
             return
         if isinstance(event, SessionUpdate) and event.audio_input:
             for name, value in event.audio_input.items():

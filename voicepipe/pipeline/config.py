@@ -43,9 +43,10 @@ class CallConfig:
     speculative: bool = True
     max_utterance_s: float = 30.0
     # The audio front end: cancel the reply's echo from the microphone (off where the client cancels it
-    # itself), and suppress noise (None, "near_field" or "far_field", as the Realtime API names it).
+    # itself), and suppress noise (None, "near_field" or "far_field", as the Realtime API names it) in what
+    # the ASR hears (the VAD judges the audio before it: docs/audio-front-end.md).
     echo_cancellation: bool = True
-    noise_reduction: str | None = None
+    noise_reduction: str | None = "near_field"
     # The oldest messages are dropped once the prompt would grow past this, down to `retention_ratio` of it
     # (the session's `truncation`: below 1, the turns after a cut reuse the prefix the KV cache holds).
     max_prompt_tokens: int = 2048

@@ -35,9 +35,11 @@ class Feedback(Event):
 # -- the caller ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class AudioIn(Event):
-    """Microphone audio: float32 mono at 16 kHz."""
+    """Microphone audio: float32 mono at 16 kHz. After the front end's noise suppressor, `unsuppressed` is
+    the same audio before it (for the levels the endpointer compares: a suppressor changes them)."""
 
     samples: np.ndarray
+    unsuppressed: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)

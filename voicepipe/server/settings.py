@@ -66,7 +66,7 @@ class ServeSettings:
     max_tokens: int = 96
     temperature: float = 0.0
     echo_cancellation: bool = True  # each call's default; a client with its own canceller turns it off
-    noise_reduction: str = "off"  # off, near_field or far_field: each call's default
+    noise_reduction: str = "near_field"  # off, near_field or far_field: each call's default
     drain_s: float = 30.0  # after SIGTERM, how long running replies may take to finish
     # MCP servers calls may use: LABEL=URL or LABEL=stdio:COMMAND (named by label alone), the URL prefixes a
     # session may name itself, and how long one tool call may take.

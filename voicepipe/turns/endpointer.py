@@ -124,6 +124,7 @@ class Endpointer:
         self.max_windows = max(1, int(max_utterance_s * SAMPLE_RATE) // WINDOW)
         self.early_pause_ms, self.quiet_ms = early_pause_ms, quiet_ms
         self._pending = np.zeros(0, np.float32)
+        self._pending_judged = np.zeros(0, np.float32)  # the same samples before noise suppression
         self._position = 0  # samples fed to the VAD so far
         self._prefix: deque[np.ndarray] = deque()
         self._state: Literal["idle", "speech", "cut"] = "idle"
@@ -141,14 +142,19 @@ class Endpointer:
         """Samples fed so far, the ones not yet in a whole window included."""
         return self._position + len(self._pending)
 
-    def feed(self, samples: np.ndarray) -> list[Boundary]:
-        """Add audio; return what it revealed, in order."""
+    def feed(self, samples: np.ndarray, unsuppressed: np.ndarray | None = None) -> list[Boundary]:
+        """Add audio; return what it revealed, in order. `unsuppressed` is the same audio before noise
+        suppression, where that ran: the VAD and the level rule judge it, and the utterance is `samples`.
+        A suppressor helps the ASR, but takes the troughs of other voices down and not their peaks, which
+        then stood 10 dB over the level floor (in babble, half the utterances never ended), and the VAD
+        scored what was left of them as a voice the more (three times the false barge-ins)."""
         audio = np.concatenate([self._pending, np.asarray(samples, np.float32)])
+        judged = audio if unsuppressed is None else np.concatenate([self._pending_judged, unsuppressed])
         whole = len(audio) // WINDOW * WINDOW
-        self._pending = audio[whole:]
+        self._pending, self._pending_judged = audio[whole:], judged[whole:]
         found: list[Boundary] = []
         for start in range(0, whole, WINDOW):
-            found += self._window(audio[start:start + WINDOW])
+            found += self._window(audio[start:start + WINDOW], judged[start:start + WINDOW])
         return found
 
     def end_after(self, silence_ms: int) -> list[Boundary]:
@@ -172,7 +178,7 @@ class Endpointer:
         """Drop the utterance in progress and the audio not yet endpointed; True if speech was dropped."""
         dropped = self._state == "speech"
         self._state, self._silent, self._paused = "idle", 0, False
-        self._pending = np.zeros(0, np.float32)
+        self._pending = self._pending_judged = np.zeros(0, np.float32)
         self._prefix.clear()
         return dropped
 
@@ -181,12 +187,13 @@ class Endpointer:
         """The threshold in force: the setting's, or above the noise floor where that is higher."""
         return max(self.settings.threshold, min(MAX_THRESHOLD, self.noise_floor + FLOOR_MARGIN))
 
-    def _window(self, window: np.ndarray) -> list[Boundary]:
-        prob = self.vad(window)
+    def _window(self, window: np.ndarray, judged: np.ndarray) -> list[Boundary]:
+        """`window` of the utterance's audio, judged by `judged` (the same before noise suppression)."""
+        prob = self.vad(judged)
         self._position += WINDOW
         s = self.settings
         threshold = self.threshold
-        level = 10 * float(np.log10(np.mean(np.square(window, dtype=np.float64)) + 1e-10))
+        level = 10 * float(np.log10(np.mean(np.square(judged, dtype=np.float64)) + 1e-10))
         self._levels.append(level)
         if len(self._levels) >= LEVEL_FIRST and self._position % (8 * WINDOW) == 0:  # every quarter second
             self.level_floor = float(np.percentile(self._levels, LEVEL_PERCENTILE))

@@ -59,7 +59,7 @@ class VADStage(Stage):
 
     async def process(self, event: Event) -> None:
         if isinstance(event, AudioIn):
-            self._boundaries(self.endpointer.feed(event.samples))
+            self._boundaries(self.endpointer.feed(event.samples, event.unsuppressed))
             self._fed_at = time.monotonic()
             self._idle()
         elif isinstance(event, CommitRequested):
