@@ -13,7 +13,7 @@ import pytest
 from support.fake_call import Call
 
 from voicepipe.audio import read_audio
-from voicepipe.bench.room import Room, active_rms, at_snr, noise
+from voicepipe.bench.room import Room, active_rms, at_snr, noise, overlay
 from voicepipe.bench.speakerphone import SELF_NOISE, Loudspeaker
 from voicepipe.frontend.processing import AudioProcessing
 from voicepipe.frontend.reference import FarEnd, NearEnd
@@ -218,6 +218,14 @@ def test_audio_sent_faster_than_real_time_is_no_live_microphone():
     assert not near.live
     near.feed(320, 101.0)
     assert near.live
+
+
+def test_a_voice_is_said_into_the_blocks_it_falls_in_and_nowhere_else():
+    voice = np.arange(1, 30, dtype=np.float32)
+    blocks = [np.zeros(10, np.float32) for _ in range(5)]
+    for i, block in enumerate(blocks):
+        overlay(block, 100 + 10 * i, voice, 105)
+    assert np.array_equal(np.concatenate(blocks), np.concatenate([np.zeros(5), voice, np.zeros(16)]))
 
 
 def test_the_speakerphone_echoes_what_it_played_after_the_rooms_delay_and_stops_when_cleared():

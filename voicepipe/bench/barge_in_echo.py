@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from voicepipe.bench.engine_modes import percentile
-from voicepipe.bench.room import RATE, Room, active_rms
+from voicepipe.bench.room import RATE, Room, active_rms, overlay
 from voicepipe.bench.speakerphone import Loudspeaker
 from voicepipe.frontend.processing import AudioProcessing, NoiseReduction
 from voicepipe.turns.endpointer import Endpointer
@@ -84,10 +84,8 @@ def try_room(room: Room | None, noise: np.ndarray | None, front: bool, sentences
             mic = speaker.echo(position + FRAME, FRAME) if room is not None else np.zeros(FRAME, np.float32)
             if noise is not None:
                 mic += noise[position % len(noise):][:FRAME]
-            if onset is not None and position + FRAME > onset:
-                lo = position - onset
-                part = voice[max(0, lo): lo + FRAME]
-                mic[max(0, -lo): max(0, -lo) + len(part)] += part
+            if onset is not None:
+                overlay(mic, position, voice, onset)
             far = speaker.played[position:position + FRAME]
             far = np.pad(far, (0, FRAME - len(far)))
             for at in rule.feed(processing.process(mic, far), processing.unsuppressed):

@@ -101,6 +101,14 @@ def noise(kind: str, seconds: float, seed: int = 0, voices: list[np.ndarray] | N
     return out / max(float(np.sqrt(np.mean(np.square(out)))), 1e-9)
 
 
+def overlay(block: np.ndarray, start: int, clip: np.ndarray, at: int) -> None:
+    """Add into `block`, the stream's samples from `start`, what falls in it of `clip`, which the stream plays
+    from sample `at` (a voice said into a microphone's block)."""
+    lo, hi = max(start, at), min(start + len(block), at + len(clip))
+    if lo < hi:
+        block[lo - start:hi - start] += clip[lo - at:hi - at]
+
+
 def at_snr(noise_unit: np.ndarray, voice_rms: float, snr_db: float) -> np.ndarray:
     """Noise scaled so the caller's voice stands `snr_db` above it."""
     return noise_unit * np.float32(voice_rms / 10 ** (snr_db / 20))

@@ -23,7 +23,7 @@ import websockets
 from voicepipe.audio import to_pcm16
 from voicepipe.bench.barge_in_echo import INTERRUPTIONS, bench_barge_in
 from voicepipe.bench.engine_modes import percentile
-from voicepipe.bench.room import RATE, active_rms, at_snr, noise
+from voicepipe.bench.room import RATE, active_rms, at_snr, noise, overlay
 from voicepipe.bench.room_cases import RoomCase
 from voicepipe.bench.speakerphone import Loudspeaker
 from voicepipe.bench.turn_set import espeak_audio
@@ -91,10 +91,7 @@ class SpeakerphoneCaller:
             await asyncio.sleep(max(0.0, self._t0 + (self.sent + FRAME) / RATE - time.monotonic()))
             end = self.sent + FRAME
             mic = np.zeros(FRAME, np.float32)
-            lo = self.sent - self._voice_at
-            if lo < len(self._voice):
-                part = self._voice[max(0, lo): lo + FRAME]
-                mic[max(0, -lo): max(0, -lo) + len(part)] += part
+            overlay(mic, self.sent, self._voice, self._voice_at)
             if self.speaker is not None:
                 mic += self.speaker.echo(end, FRAME)
                 self.heard.far.append(self.speaker.played[self.sent:end].copy())

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from voicepipe.audio import to_pcm16
-from voicepipe.bench.room import RATE, active_rms
+from voicepipe.bench.room import RATE, active_rms, overlay
 from voicepipe.bench.room_bench import BABBLE, INTERRUPTION, QUESTIONS, VOICE_RMS, Heard, caller_noise, figures
 from voicepipe.bench.room_cases import RoomCase
 from voicepipe.bench.sound_server import sound_server
@@ -134,9 +134,7 @@ def breathe(case: RoomCase, reply_rms: float, voices: list[np.ndarray], position
                 speaker.receive(played, RATE, start)
                 mic = speaker.echo(end, BLOCK)  # with the microphone's own noise
             for at, voice in speech:
-                lo = start - at
-                part = voice[max(0, lo): max(0, lo + BLOCK)]
-                mic[max(0, -lo): max(0, -lo) + len(part)] += part[: BLOCK - max(0, -lo)]
+                overlay(mic, start, voice, at)
             speech = [(at, voice) for at, voice in speech if at + len(voice) > end]
             if noise is not None:
                 mic += noise[start % len(noise):][:BLOCK]
