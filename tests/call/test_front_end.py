@@ -186,6 +186,21 @@ def test_noise_reduction_off_leaves_the_audio_alone_and_near_field_quietens_stea
     assert active_rms(out[RATE:]) < 0.5 * active_rms(hiss[RATE:])
 
 
+def test_the_suppressor_leaves_a_quiet_rooms_audio_as_it_came_and_steps_in_when_the_room_grows_noisy():
+    """A suppressor bends a clean voice too (word error 0.20 -> 0.24 in a quiet room), so it is heard only
+    over a noise floor above -45 dBFS."""
+    rng = np.random.default_rng(3)
+    quiet = rng.standard_normal(3 * RATE).astype(np.float32) * np.float32(10 ** (-70 / 20))
+    quiet[RATE // 2:RATE // 2 + len(VOICE)] += VOICE[:len(quiet) - RATE // 2]  # the caller, in a quiet room
+    loud = at_snr(noise("pink", 6.0, seed=5), 0.05, 10.0)  # a noise floor near -40 dBFS, judged over 5 s
+    near = AudioProcessing(echo=False, noise="near_field")
+    chunks = [near.process(x[i:i + 320], np.zeros(320, np.float32)) for x in (quiet, loud)
+              for i in range(0, len(x), 320)]
+    out = np.concatenate(chunks)
+    assert np.array_equal(out[:len(quiet)], quiet)  # nothing to take away, and nothing taken
+    assert np.std(out[-RATE:]) < 0.5 * np.std(loud[-RATE:])  # a noisy room: suppressed
+
+
 async def test_a_session_update_turns_the_suppressor_on_and_off_in_what_the_asr_hears_and_the_vad_judges_the_rest():
     """Under near_field the audio going on is suppressed and carries the same audio before the suppressor, for
     the VAD to judge; under null it is the microphone's as it came, with nothing beside it."""
