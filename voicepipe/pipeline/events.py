@@ -36,7 +36,7 @@ class Feedback(Event):
 @dataclass(frozen=True, slots=True)
 class AudioIn(Event):
     """Microphone audio: float32 mono at 16 kHz. After the front end's noise suppressor, `unsuppressed` is
-    the same audio before it (for the levels the endpointer compares: a suppressor changes them)."""
+    the same audio before it: the VAD and the endpointer's level rule judge that, the ASR hears `samples`."""
 
     samples: np.ndarray
     unsuppressed: np.ndarray | None = None
