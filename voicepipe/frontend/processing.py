@@ -11,7 +11,8 @@ caller talking over a louder echo, which AEC3's suppressor takes down (`frontend
 WebRTC's noise suppressor was chosen the same way (`scripts/noise-candidates.py`): in steady noise it helps
 Whisper as much as RNNoise or DeepFilterNet3 do, for a thirtieth of their CPU or less, and none of them
 helps in babble. Its output is for the ASR, and only where the room is noisy; the VAD judges the audio
-before it (`unsuppressed`).
+before it (`unsuppressed`). After it, an expander takes what stands well under the caller's voice further
+down (`frontend/expander.py`), for the ASR too.
 """
 
 from collections import deque
@@ -21,6 +22,7 @@ import numpy as np
 import pywebrtc_audio
 
 from voicepipe.frontend.echo_path import EchoPath
+from voicepipe.frontend.expander import Expander
 from voicepipe.frontend.linear_stage import LinearStage
 
 RATE = 16000
@@ -55,7 +57,8 @@ class AudioProcessing:
     Where the loudspeaker is heard, the linear canceller and AEC3 each cancel every frame; the call hears
     the linear canceller's output once it has proven clean (less the frames it found to be echo), AEC3's
     (with the residue gate) until then and whenever it is in doubt (`frontend/linear_stage.py`). The
-    suppressor comes last."""
+    suppressor comes last, and the expander after it (`frontend/expander.py`), both heard in a noisy room
+    only."""
 
     def __init__(self, echo: bool, noise: NoiseReduction) -> None:
         self.echo, self.noise = echo, noise
@@ -64,6 +67,7 @@ class AudioProcessing:
         self.path = EchoPath()
         self.linear = LinearStage(RATE, FRAME)
         self._aec, self._ns = self._make_aec(), self._make_ns()
+        self.expander = Expander()
         self._rng = np.random.default_rng(1)
         self.unsuppressed: np.ndarray | None = None  # the last output as it was before the suppressor
         self._levels: deque[float] = deque(maxlen=NOISE_FRAMES)  # frames' mean squares, before the suppressor
@@ -113,8 +117,9 @@ class AudioProcessing:
         out = np.empty(n, np.float32)
         for i in range(0, n, FRAME):
             frame = cancelled[i:i + FRAME]
-            suppressed = self._ns.process(frame)  # every frame, so its estimate of the noise stays current
-            out[i:i + FRAME] = suppressed if self.noisy else frame
+            # every frame through both, so the suppressor's noise and the expander's voice stay current
+            expanded = self.expander.process(self._ns.process(frame))
+            out[i:i + FRAME] = expanded if self.noisy else frame
             self._judge_noise(frame)
         return out
 
