@@ -65,9 +65,10 @@ class AudioFrontEnd:
         far = self.far.read(start, len(samples)) if self.processing.echo and self.near.live \
             else np.zeros(len(samples), np.float32)
         out = self.processing.process(samples, far)
-        if self.processing.echo and np.any(far):
-            self.echo.add(samples, out)
-        return out, self.processing.unsuppressed
+        unsuppressed = self.processing.unsuppressed
+        if self.processing.echo and np.any(far):  # the canceller's own figure, whatever the suppressor took
+            self.echo.add(samples, out if unsuppressed is None else unsuppressed)
+        return out, unsuppressed
 
     @property
     def loudspeaker_heard(self) -> bool | None:
