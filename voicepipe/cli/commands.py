@@ -39,7 +39,7 @@ COMMANDS = [
     Command("turn", "answer a spoken question with speech, timing each stage", add_turn_arguments,
             run_turn_command),
     Command("serve", "serve the web page, voice calls and OpenAI-compatible APIs", add_serve_arguments, run_serve),
-    Command("talk", "talk with the assistant through the microphone and speakers (use headphones)",
+    Command("talk", "talk with the assistant through the microphone and speakers (its echo cancelled)",
             add_talk_arguments, run_talk),
     Command("bench", "measure the engine, whole calls, calls beside API traffic, or thread pools",
             add_bench_arguments, run_bench),
