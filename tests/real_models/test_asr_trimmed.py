@@ -56,6 +56,19 @@ def test_trimmed_path_is_as_accurate_as_the_full_pass(asr, spoken_questions, cli
     assert full < 0.35, full  # the set is heard at all: a broken set would make both figures meaningless
 
 
+def test_the_window_is_padded_with_what_silence_is_to_whisper(asr, clips, monkeypatch):
+    """Past the utterance the encoder's window holds what the mel of digital silence holds (Whisper pads the
+    audio with zeros before the mel), not faster-whisper's zeros after it."""
+    extractor = asr.model.feature_extractor
+    audio = clips[0][1]
+    windows, encode = [], asr.model.encode
+    monkeypatch.setattr(asr.model, "encode", lambda features: windows.append(features) or encode(features))
+    assert asr.trimmed.decode([audio])[0]
+    followed = extractor(np.concatenate([audio, np.zeros(2 * extractor.sampling_rate, np.float32)]))
+    assert windows[0].shape[2] > len(audio) // extractor.hop_length + 100
+    assert np.allclose(windows[0][0, :, -100:], followed[:, -2:-1], atol=1e-4)
+
+
 def test_the_guard_spots_loops():
     looping = [262, 1239, 11, 1683, 4054, 11, 1683, 4054, 11, 1683, 4054, 11, 1683, 4054, 11]
     assert repeats(looping)
