@@ -7,10 +7,10 @@ frames of the last 5 s (their 95th percentile: the caller's voice, once they hav
 frame under that less BELOW_DB down by as much again (1:2), at most MAX_CUT_DB. A frame is judged by the
 loudest of itself and the HOLD_FRAMES before it, so a word's fall is kept.
 
-Measured with `scripts/noise-candidates.py` (AMD EPYC, Zen 5, 2026-12-05; 408 words cut as the call cuts
-them, after WebRTC's near_field), word error without it and with it: pink noise at 15, 10 and 5 dB SNR
-0.316/0.275, 0.346/0.311, 0.463/0.409; babble 0.348/0.321, 0.451/0.402, 0.811/0.809. A longer hold (50 ms)
-or a shorter reference (3 s, its 90th percentile) lost part of it or harmed. Like the suppressor it is heard
+Measured with `scripts/noise-candidates.py --cut endpointed` (AMD EPYC, Zen 5, 2026-12-05; 408 words, each
+question cut as the call cuts it, three draws of each noise at 10 dB SNR, after WebRTC's near_field), word
+error without it and with it: pink noise 0.336/0.284, babble 0.472/0.457. A longer hold (50 ms) or a shorter
+reference (3 s, its 90th percentile) lost part of it or harmed. Like the suppressor it is heard
 only in a noisy room (`processing.AudioProcessing.noisy`): in a quiet one a soft word is all there is.
 """
 
