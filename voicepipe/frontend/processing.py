@@ -67,7 +67,7 @@ class AudioProcessing:
         self.path = EchoPath()
         self.linear = LinearStage(RATE, FRAME)
         self._aec, self._ns = self._make_aec(), self._make_ns()
-        self.expander = Expander()
+        self._expander = Expander()
         self._rng = np.random.default_rng(1)
         self.unsuppressed: np.ndarray | None = None  # the last output as it was before the suppressor
         self._levels: deque[float] = deque(maxlen=NOISE_FRAMES)  # frames' mean squares, before the suppressor
@@ -118,7 +118,7 @@ class AudioProcessing:
         for i in range(0, n, FRAME):
             frame = cancelled[i:i + FRAME]
             # every frame through both, so the suppressor's noise and the expander's voice stay current
-            expanded = self.expander.process(self._ns.process(frame))
+            expanded = self._expander.process(self._ns.process(frame))
             out[i:i + FRAME] = expanded if self.noisy else frame
             self._judge_noise(frame)
         return out
