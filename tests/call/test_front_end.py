@@ -144,6 +144,25 @@ def test_the_far_end_is_read_back_where_it_played_and_cut_where_the_caller_dropp
     assert far.read(10.0, 1600).sum() == 800
 
 
+def test_the_far_end_says_where_it_started_anew_after_a_gap():
+    far = FarEnd()
+    tone = np.ones(320, np.float32)
+    far.play(10.0, tone)
+    far.play(10.02, tone)  # straight after: the same stream
+    far.play(10.1, tone)  # after 60 ms of nothing: the client's queue ran dry
+    assert far.started(9.99, 320) == 160
+    assert far.started(10.02, 320) is None
+    assert far.started(10.08, 640) == 320
+
+
+def test_the_near_end_clock_holds_its_grid_through_late_arrivals():
+    """Chunks held back 0-3 ms by the call's own work, in a sawtooth: their samples' times stay on one grid
+    (following the late ones moved the echo under the linear canceller by a few samples at a time)."""
+    near = NearEnd()
+    times = [near.feed(320, 100.0 + 0.02 * (i + 1) + 0.003 * (i % 37) / 36) - 0.02 * i for i in range(500)]
+    assert max(times[60:]) - min(times[60:]) < 1e-6
+
+
 def test_the_near_end_clock_takes_the_fastest_arrival_and_reanchors_after_a_gap():
     near = NearEnd()
     assert near.feed(320, 100.02) == pytest.approx(100.0)
@@ -163,9 +182,9 @@ def test_a_sound_cards_word_on_when_it_recorded_is_taken_over_arrivals():
 def test_a_sound_cards_clock_holds_through_its_callbacks_wander_and_follows_a_break():
     """Callbacks 0-3 ms late in a sawtooth (as a sound server's came under load): sample times stay on one
     grid, to the microsecond. Samples lost (the callbacks 30 ms later from then on for 2 s): it follows."""
-    from voicepipe.frontend.reference import CardClock
+    from voicepipe.frontend.reference import StreamClock
 
-    clock = CardClock(16000)
+    clock = StreamClock(16000)
     times = []
     for i in range(600):  # 12 s of 20 ms callbacks
         late = 0.003 * (i % 37) / 36 + (0.03 if i >= 400 else 0.0)

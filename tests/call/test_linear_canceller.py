@@ -69,6 +69,23 @@ def test_once_it_has_learnt_the_room_a_caller_over_a_louder_echo_reaches_the_vad
     assert callers_share(out, at) > 0.6
 
 
+def test_a_short_first_reply_replayed_in_the_silence_after_it_has_the_caller_heard_over_the_second():
+    """A call's first reply, 2.5 s, teaches the filter too little to be trusted over the next one; heard
+    again while the caller asks their next question, it does."""
+    processing = AudioProcessing(echo=True, noise=None)
+    long = reply_audio(6.0)
+    first, second = long[: int(2.5 * RATE)], long[3 * RATE:]
+    gap = np.zeros(2 * RATE, np.float32)
+    reply = np.concatenate([first, gap, second])
+    at = len(first) + len(gap) + RATE  # a second into the second reply
+    mic, out, trusted = run(processing, LOUD_ROOM, reply, caller_at=at)
+    starts = (len(first) + len(gap)) // FRAME
+    assert not any(trusted[: len(first) // FRAME]) and all(trusted[starts + 60:])
+    echo = slice(starts * FRAME, at)  # the second reply's echo, before the caller speaks
+    assert active_rms(out[echo]) < active_rms(mic[echo]) * 10 ** (-20 / 20)
+    assert callers_share(out, at) > 0.6
+
+
 def test_the_filter_starts_where_a_far_rooms_echo_starts_and_learns_it():
     """250 ms of delay and a reverberant tail: the 300 ms filter covers it only from the echo's start."""
     processing = AudioProcessing(echo=True, noise=None)
@@ -124,6 +141,29 @@ def test_when_the_echo_comes_a_few_milliseconds_later_the_filter_follows_it_and_
     mic, out, trusted = run(processing, later, np.concatenate([np.zeros(RATE, np.float32), reply[:11 * RATE]]))
     assert np.mean(trusted) > 0.9
     late = slice(6 * RATE, 12 * RATE)
+    assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
+
+
+def test_where_the_far_end_starts_anew_the_filter_is_heard_again_once_it_has_found_the_echo_moved_a_frame():
+    """A client whose queue ran dry starts the next reply on its own next 20 ms frame: the echo comes 20 ms
+    later than in the last reply. The filter, out of line by that, is not heard until the echo's lag is
+    found in the new audio; then it follows it, and still knows the room."""
+    processing = AudioProcessing(echo=True, noise=None)
+    run(processing, LOUD_ROOM, reply_audio(30.0))
+    assert processing.linear.trusted
+    later = Room(delay_ms=140, rt60_s=0.45, echo_db=6.0, seed=1)
+    reply = reply_audio(36.0)[30 * RATE:]  # audio the filter has not heard
+    speaker = Loudspeaker(later, CALLER_RMS, active_rms(reply))
+    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
+    mics, outs, trusted = [], [], []
+    for at in range(0, len(reply) // FRAME * FRAME, FRAME):
+        mics.append(speaker.echo(at + FRAME, FRAME))
+        outs.append(processing.process(mics[-1], speaker.played[at:at + FRAME], 0 if at == 0 else None))
+        trusted.append(processing.linear.trusted)
+    assert not any(trusted[:30]) and all(trusted[100:])  # heard again within a second
+    assert processing.linear.proven
+    mic, out = np.concatenate(mics), np.concatenate(outs)
+    late = slice(4 * RATE, len(out))
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
 
 

@@ -5,14 +5,17 @@ rooms (echo 6 dB above the caller), it took a median 15-24 dB off a caller talki
 the interruptions it caught late or missed, 18-46 dB of their first 300 ms; the barge-in rule then heard
 them late or not at all (7 in 10 within 300 ms). Speex's linear filter leaves the caller as they were and,
 once it has learnt the room, takes 30-35 dB off the echo alone (`frontend/speex_echo.py`). It learns slowly
-(12-23 s of reply audio in those rooms), cannot follow an echo path it does not model (a loudspeaker's
+(12-23 s of reply audio in those rooms; so, until proven, it hears each reply again in the silence after
+it, `frontend/rehearsal.py`), cannot follow an echo path it does not model (a loudspeaker's
 distortion, a delay past its tail), and does nothing for a room's noise. So AEC3 runs beside it on the
 microphone as before, and the call hears AEC3's output until the linear filter's own output proves clean:
 over the last WINDOW frames the far end played loudly in, the echo it removed (the microphone's level over
-its output's) stands at PROVEN_DB or more at the 75th percentile, a frame it took down to the room's noise
-counting as clean. A quarter of the frames may hold the caller, whose own voice the filter leaves (0 dB
-removed) without unproving it. When the latest frames fall under DOUBT_DB (a room that changed, a phone
-leg whose delay moved) the filter starts again from nothing and AEC3's output is heard meanwhile.
+its output's) stands at PROVEN_DB or more at the 75th percentile and MEDIAN_DB at the median, a frame it
+took down to the room's noise counting as clean. A quarter of the frames may hold the caller, whose own
+voice the filter leaves (0 dB removed) without unproving it. When the latest frames fall under DOUBT_DB (a
+room that changed, a phone leg whose delay moved) the filter starts again from nothing and AEC3's output is
+heard meanwhile. Where the far end starts anew after a gap, it is not heard until the echo's lag is found
+again (`restarted`).
 
 (Fed AEC3 with the linear filter's output instead, the two did better in a long stream, but in a call of
 short replies, cut early, the filter's first seconds left AEC3 an echo path it could not follow: the echo
@@ -24,6 +27,7 @@ from collections import deque
 import numpy as np
 
 from voicepipe.frontend.echo_lag import EchoLag
+from voicepipe.frontend.rehearsal import Rehearsal
 from voicepipe.frontend.speex_echo import SpeexEcho, library
 
 # The filter's length, from where the echo starts: the far end reaches it delayed by the echo's lag, less a
@@ -35,7 +39,9 @@ TAIL_S = 0.3
 LEAD = 160  # samples of the sample-exact lag left to the filter when aligning: a loudspeaker's own delay spread
 AGREE = 16  # samples two estimates in a row may differ by and still be one lag
 MOVED = 2  # samples the lag must move by for the far end to follow
-FOLLOWED = 320  # ...and may move by at most (20 ms: a buffer's step); further, another path: learnt anew
+FOLLOWED = 800  # ...and may move by at most (50 ms: a client's buffer's steps); further, another path: learnt anew
+HELD = 200  # frames held at most (a reply whose echo's lag is never clear teaches the filter nothing)
+FRESH = 40  # frames since the far end started, for two estimates in a row to be of its new audio
 MARGIN = 5  # frames of the frames' lag left to the filter: the lag judged may fall either side of the echo
 NEAR = 2  # ...and never fewer than these
 SLACK = 10  # frames the frames' lag may move later before the filter is aligned again
@@ -44,6 +50,8 @@ RECENT = 100  # ...and doubted on the latest of them (1-2 s), every DOUBT_EVERY 
 JUDGE_EVERY = 50
 DOUBT_EVERY = 10
 PROVEN_DB = 20.0
+MEDIAN_DB = 15.0  # (asked of a filter taught by replays: with the 75th percentile alone, it was trusted with
+# a quarter of its frames at 5 dB, and the echo barged in)
 DOUBT_DB = 14.0
 LOUD = 2.0  # far-end frames within 20 dB (in log10 of energy) of the loudest of the window
 FAR_ACTIVE = 160 * 1e-7
@@ -51,6 +59,9 @@ FLOOR_FRAMES = 1000  # the microphone's last 10 s, for its noise floor
 AT_FLOOR_DB = 3.0
 ABOVE_FLOOR_DB = 6.0
 FLOOR = 1e-12
+QUIET_MARGIN = 10  # frames of the far end's silence past the filter's length: the reply and its echo have ended
+MAX_SHIFT_FRAMES = 50  # the far end's delay at most (EchoLag's reach)
+REHEARSED = 100  # frames kept, at least, before a replay
 
 
 class LinearStage:
@@ -62,7 +73,6 @@ class LinearStage:
         self._echo = SpeexEcho(lib, rate, frame, self._tail) if lib is not None else None
         self._frame = frame
         self._shift: int | None = None  # samples the far end is delayed by, once the echo's lag is known
-        self._line = np.zeros(frame, np.float32)  # the far end's latest samples, as far back as the shift
         self._lag = EchoLag(rate, frame)
         self._estimate: int | None = None  # the latest sample-exact lag estimated
         self._anchor: int | None = None  # the sample-exact lag the filter's far end is aligned to
@@ -73,6 +83,15 @@ class LinearStage:
         self._floor = 0.0  # their 10th percentile: the room's noise
         self._heard = 0
         self._since = 0
+        self._rehearsal = Rehearsal(frame)
+        self._since_start = 0  # frames since the far end started after a gap
+        self._confirmed = True  # whether the echo's lag is known since then
+        self._held: list[tuple[np.ndarray, np.ndarray]] = []  # the frames since then, until it is
+        # The far end's latest samples, as far back as any delay of it reaches; and as they were when it started.
+        self._played = np.zeros(frame + MAX_SHIFT_FRAMES * frame + self._tail, np.float32)
+        self._before = self._played
+        self._silent = 1 << 30  # frames since the far end was last played
+        self._quiet = 1 << 30  # frames since the far end (as played, or as it reaches the filter) was last heard
         self.proven = False
         self.wrong = False  # whether the latest frame came out louder than it went in
         self.removed = 0.0  # dB the latest frame lost
@@ -91,11 +110,24 @@ class LinearStage:
         `lag` is the echo path's, in frames, where known."""
         if self._echo is None:
             return near
+        self._since_start += 1
         self._follow(self._lag.add(near, far))
         if self._anchor is None and lag is not None and not self.proven and self._misaligned(lag):
             self._align(max(0, lag - MARGIN) * self._frame)
-        self._line = np.concatenate([self._line, far])[-(self._frame + (self._shift or 0)):]
-        out = self._echo.process(near, self._line[:self._frame])
+        self._played = np.concatenate([self._played, far])[-len(self._played):]
+        line = self._delayed(self._played, len(self._played))
+        playing = float(np.dot(far, far)) > FAR_ACTIVE
+        self._silent = 0 if playing else self._silent + 1
+        self._quiet = 0 if playing or float(np.dot(line, line)) > FAR_ACTIVE else self._quiet + 1
+        filtered = False
+        if self._rehearse(near, far, playing):
+            out = near  # the replay has the filter: this is the far end's silence, nothing for it to learn
+        elif not self._confirmed:
+            if len(self._held) < HELD:
+                self._held.append((near.copy(), far.copy()))
+            out = near
+        else:
+            out, filtered = self._echo.process(near, line), True
         before, after = float(np.dot(near, near)), float(np.dot(out, out))
         # Louder out than in: it subtracted an echo that was not there (a filter still learning the delay,
         # or one that learnt another room); the frame is not its to give.
@@ -107,28 +139,93 @@ class LinearStage:
         self._heard += 1
         if self._heard % JUDGE_EVERY == 0:
             self._floor = float(np.percentile(self._levels, 10))
-        far_energy = float(np.dot(far, far))
+        if filtered:
+            self._weigh(before, after, float(np.dot(far, far)))
+        return out
+
+    def _delayed(self, played: np.ndarray, end: int) -> np.ndarray:
+        """The frame of `played` (the far end, as played) that reaches the filter with the one ending at `end`."""
+        at = end - self._frame - (self._shift or 0)
+        return played[at:at + self._frame] if at >= 0 else np.zeros(self._frame, np.float32)
+
+    def _catch_up(self) -> bool:
+        """The frames held since the far end started, through the filter now the echo's lag is known; whether
+        it took the echo out of them (MEDIAN_DB at the median of those the far end played in)."""
+        played = np.concatenate([self._before, *(far for _, far in self._held)])
+        removed = []
+        for i, (near, far) in enumerate(self._held):
+            out = self._echo.process(near, self._delayed(played, len(self._before) + (i + 1) * self._frame))
+            before, after = float(np.dot(near, near)), float(np.dot(out, out))
+            self._weigh(before, min(after, before), float(np.dot(far, far)))
+            if float(np.dot(far, far)) > FAR_ACTIVE:
+                removed.append(10 * np.log10((before + FLOOR) / (min(after, before) + FLOOR)))
+        self._held.clear()
+        self._before = self._played.copy()
+        return not removed or float(np.median(removed)) >= MEDIAN_DB
+
+    def _weigh(self, before: float, after: float, far_energy: float, live: bool = True) -> None:
+        """One frame's evidence: the microphone's energy `before` the filter and `after` it, the far end's
+        in the same frame; judged every JUDGE_EVERY frames the far end played in (`live`: a frame of the call,
+        not of a replay, and so one that may bring doubt)."""
         # A frame whose echo is lost in the room's noise says nothing of the filter; one it took down to that
         # noise is as clean as a filter can make it there, and counts as clean.
-        if far_energy > FAR_ACTIVE and before > self._floor * 10 ** (ABOVE_FLOOR_DB / 10):
-            level = float(np.log10(far_energy))
-            at_floor = after <= self._floor * 10 ** (AT_FLOOR_DB / 10)
-            removed = max(self.removed, PROVEN_DB) if at_floor else self.removed
-            self._frames.append((level, removed))
-            if level >= self._loudest - LOUD:
-                self._recent.append(removed)
-            self._since += 1
-            if self._since % DOUBT_EVERY == 0 and self.proven and len(self._recent) >= RECENT // 2 \
-                    and np.percentile(self._recent, 75) < DOUBT_DB:
-                # The echo moved before two estimates agreed on it (the filter unlearns while out of line),
-                # or the room changed.
-                lag = self._lag.now()
-                if lag is None or self._anchor is None or not self._move(lag):
-                    self._forget()
-            if self._since >= JUDGE_EVERY:
-                self._since = 0
-                self._judge()
-        return out
+        if far_energy <= FAR_ACTIVE or before <= self._floor * 10 ** (ABOVE_FLOOR_DB / 10):
+            return
+        level = float(np.log10(far_energy))
+        at_floor = after <= self._floor * 10 ** (AT_FLOOR_DB / 10)
+        removed = 10 * np.log10((before + FLOOR) / (min(after, before) + FLOOR))
+        removed = max(removed, PROVEN_DB) if at_floor else removed
+        self._frames.append((level, removed))
+        if level >= self._loudest - LOUD:
+            self._recent.append(removed)
+        self._since += 1
+        if live and self._since % DOUBT_EVERY == 0 and self.proven and len(self._recent) >= RECENT // 2 \
+                and np.percentile(self._recent, 75) < DOUBT_DB:
+            # The echo moved before two estimates agreed on it (the filter unlearns while out of line),
+            # or the room changed.
+            lag = self._lag.now()
+            if lag is None or self._anchor is None or not self._move(lag):
+                self._forget()
+        if self._since >= JUDGE_EVERY:
+            self._since = 0
+            self._judge()
+
+    def _rehearse(self, near: np.ndarray, far: np.ndarray, playing: bool) -> bool:
+        """While the filter is not yet trusted, keep the frames the echo may be in and replay them once the
+        reply has ended; whether this frame is the replay's (the far end silent: nothing for the filter)."""
+        rehearsal, quiet = self._rehearsal, self._tail // self._frame + QUIET_MARGIN
+        if rehearsal.running:
+            if not playing:
+                for kept, line_, out in rehearsal.step(self._echo):
+                    before, after = float(np.dot(kept, kept)), float(np.dot(out, out))
+                    self._weigh(before, after, float(np.dot(line_, line_)), live=False)
+                return True
+            rehearsal.stop(self._echo)
+        if self.proven:
+            return False
+        if self._silent < quiet + MAX_SHIFT_FRAMES:  # the echo may be in it, however late the far end
+            rehearsal.keep(near, far, self._anchor)
+        return self._shift is not None and self._quiet == quiet \
+            and rehearsal.start(self._shift, self._anchor, quiet, REHEARSED)
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the call hears the filter's output: proven, and the echo's lag confirmed since the far end
+        last started after a gap."""
+        return self.proven and self._confirmed
+
+    def restarted(self) -> None:
+        """The far end starts anew after a gap (the server's playback ran dry: a reply's start, or a late
+        sentence). So may the client's queue, on its own next buffer, and the echo then comes a buffer's step
+        earlier or later than before (measured on websocket calls: 20 ms, the client's frame, at every other
+        reply). The filter out of line by that lets the echo through and unlearns the room, so from here it
+        is neither heard nor taught until estimates made in the new audio say where the echo is: the frames
+        are held meanwhile, and heard by the filter then."""
+        self._since_start = 0
+        self._confirmed = self._anchor is None
+        self._before = self._played.copy()
+        self._held.clear()
+        self._rehearsal.restarted()
 
     def _follow(self, lag: int | None) -> None:
         """A sample-exact estimate of the echo's lag (None: none due, or none clear). Two in a row agreeing
@@ -145,6 +242,10 @@ class LinearStage:
                 self._align(max(0, lag - LEAD))  # (where the frames' lag put it well before the echo, it stays)
         else:
             self._move(lag)
+        if not self._confirmed and self._since_start >= FRESH:  # both mostly of the audio since it started
+            self._rehearsal.relag(self._anchor)
+            # (where the held frames came out unclean, the lag found was not the echo's: held on, to the next)
+            self._confirmed = self._catch_up()
 
     def _move(self, lag: int) -> bool:
         """Whether the echo's lag has moved from where the filter's far end is aligned; if so the far end
@@ -165,6 +266,7 @@ class LinearStage:
         it learnt is no nearer the new room than nothing), aligned again to the echo's lag."""
         if self._anchor is None:
             self._shift = None
+        self._rehearsal.clear()
         self._restart()
 
     def _misaligned(self, lag: int) -> bool:
@@ -179,7 +281,6 @@ class LinearStage:
     def _align(self, samples: int) -> None:
         """The far end from now on reaches the filter `samples` late: it starts learning again from there."""
         self._shift = samples
-        self._line = np.zeros(self._frame + samples, np.float32)
         self._restart()
 
     def _restart(self) -> None:
@@ -193,6 +294,6 @@ class LinearStage:
         frames = np.array(self._frames)
         self._loudest = frames[:, 0].max()
         loud = frames[frames[:, 0] >= self._loudest - LOUD][-WINDOW:, 1]
-        if len(loud) >= WINDOW // 2 and np.percentile(loud, 75) >= PROVEN_DB \
+        if len(loud) >= WINDOW // 2 and np.percentile(loud, 75) >= PROVEN_DB and np.median(loud) >= MEDIAN_DB \
                 and len(self._recent) >= RECENT // 2 and np.percentile(self._recent, 75) >= DOUBT_DB:
             self.proven = True

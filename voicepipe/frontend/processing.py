@@ -69,6 +69,7 @@ class AudioProcessing:
         self._aec, self._ns = self._make_aec(), self._make_ns()
         self._expander = Expander()
         self._rng = np.random.default_rng(1)
+        self._restart: int | None = None  # where the far end starts anew, in the samples not yet processed
         self.unsuppressed: np.ndarray | None = None  # the last output as it was before the suppressor
         self._levels: deque[float] = deque(maxlen=NOISE_FRAMES)  # frames' mean squares, before the suppressor
         self.noisy = False  # whether the room's noise floor calls for the suppressor
@@ -96,21 +97,28 @@ class AudioProcessing:
             self.noise = noise
             self._ns = self._make_ns()
 
-    def process(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
+    def process(self, near: np.ndarray, far: np.ndarray, restart: int | None = None) -> np.ndarray:
         """The cleaned microphone audio for `near` (float32), whose loudspeaker audio over the same time was
-        `far`; as many whole frames as are complete. Where the suppressor ran, `unsuppressed` holds the same
-        frames before it."""
+        `far` (which starts anew after a gap at sample `restart`, where it does); as many whole frames as are
+        complete. Where the suppressor ran, `unsuppressed` holds the same frames before it."""
         self.unsuppressed = None
         if not self.active:
             return near
+        if restart is not None:
+            self._restart = len(self._near) + restart
         self._near = np.concatenate([self._near, near.astype(np.float32, copy=False)])
         self._far = np.concatenate([self._far, far.astype(np.float32, copy=False)])
         n = len(self._near) // FRAME * FRAME
         cancelled = np.empty(n, np.float32)
         for i in range(0, n, FRAME):
             frame = self._near[i:i + FRAME]
+            if self._restart is not None and self._restart < i + FRAME:
+                self._restart = None
+                self.linear.restarted()
             cancelled[i:i + FRAME] = self._cancel(frame, self._far[i:i + FRAME]) if self._aec else frame
         self._near, self._far = self._near[n:], self._far[n:]
+        if self._restart is not None:
+            self._restart -= n
         if not self._ns:
             return cancelled
         self.unsuppressed = cancelled
@@ -130,7 +138,7 @@ class AudioProcessing:
         if not echoing:
             return self._aec.process(near, SILENCE + DITHER)
         cancelled = self._aec.process(near, far + DITHER)
-        if self.linear.proven and not self.linear.wrong:
+        if self.linear.trusted and not self.linear.wrong:
             return linear if self.linear.removed < RESIDUE_DB else self._room()
         return self._room() if self.path.residue(near, cancelled) else cancelled
 

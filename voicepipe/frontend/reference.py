@@ -5,12 +5,12 @@ The server paced every reply sample it sent (the output stage's playback clock s
 to play), so the far end is known on the server's clock, cut where the caller dropped its queue. The near
 end is the microphone stream: audio arrives in real time, so a sample's recording time is its arrival less
 the network's delay; the smallest delay seen stands for it (a late packet cannot have been recorded later
-than it arrived). A sound card of our own (`talk`) says when its samples were in hand, in its callback, and
-that is taken instead of their arrival on the call's event loop, which waits on the models' work: there
-the smallest delay kept falling as the call went on (19 ms over a minute, measured through a sound server),
-and each fall moved the echo under a canceller that had learnt where it was. What neither clock knows (the
-client's output buffer, the room, a phone leg) is a delay of a few hundred milliseconds that the canceller
-estimates itself.
+than it arrived), and the stream's own count of samples times them from there. A sound card of our own
+(`talk`) says when its samples were in hand, in its callback, and that is taken instead of their arrival on
+the call's event loop, which waits on the models' work: there the smallest delay kept falling as the call
+went on (19 ms over a minute, measured through a sound server), and each fall moved the echo under a
+canceller that had learnt where it was. What neither clock knows (the client's output buffer, the room, a
+phone leg) is a delay of a few hundred milliseconds that the canceller estimates itself.
 """
 
 from collections import deque
@@ -19,7 +19,6 @@ import numpy as np
 
 RATE = 16000
 KEEP_S = 8.0  # far-end audio older than this can no longer be in the microphone
-DRIFT = 0.002  # how fast the near end's clock may run slow against ours (0.2%) before it is re-anchored
 REANCHOR_S = 0.5  # a gap in the microphone stream longer than this (a muted client) starts a new anchor
 BURST_S = 0.25  # audio arriving this far ahead of real time is no live microphone's (a file streamed fast)
 
@@ -29,12 +28,27 @@ class FarEnd:
 
     def __init__(self) -> None:
         self._chunks: deque[tuple[float, np.ndarray]] = deque()  # (time its first sample played, samples)
+        self._starts: deque[float] = deque()  # when it started anew after a gap (a client's queue ran dry)
+        self._end: float | None = None  # when the last chunk ends
 
     def play(self, start: float, samples: np.ndarray) -> None:
         """`samples` (float32, 16 kHz) were due to play from `start`."""
+        if self._end is None or start > self._end + 0.5 / RATE:
+            self._starts.append(start)
+        self._end = start + len(samples) / RATE
         self._chunks.append((start, samples.astype(np.float32, copy=False)))
         while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) / RATE < start - KEEP_S:
             self._chunks.popleft()
+        while self._starts[0] < start - KEEP_S:
+            self._starts.popleft()
+
+    def started(self, start: float, n: int) -> int | None:
+        """The sample of the `n` from `start` at which the far end started anew after a gap, if it did."""
+        for at in self._starts:
+            offset = int(round((at - start) * RATE))
+            if 0 <= offset < n:
+                return offset
+        return None
 
     def cut(self, at: float) -> None:
         """The caller dropped what it had queued at `at`: nothing after it played."""
@@ -43,6 +57,8 @@ class FarEnd:
             if start < at:
                 kept.append((start, samples[: max(0, int(round((at - start) * RATE)))]))
         self._chunks = kept
+        if self._end is not None:
+            self._end = min(self._end, at)
 
     def read(self, start: float, n: int) -> np.ndarray:
         """The `n` samples the loudspeaker played from `start` (silence where it played nothing)."""
@@ -59,54 +75,35 @@ class FarEnd:
 
 
 class StreamClock:
-    """When sample 0 of a sound stream (at `rate`) was at the sound card, on our clock: the earliest of its
-    pieces' times less the samples before them (a piece can be seen late, never early), followed slowly
-    when they all run later (a clock slower than ours, a network grown slower), and anew after a gap (a
-    muted client)."""
+    """When sample 0 of a sound stream (at `rate`) was at the sound card, on our clock, from when its pieces
+    were seen (a piece can be seen late, never early): its samples are its clock. The pieces of its first
+    SETTLE_S place sample 0 (the earliest of them less the samples before it), and after that only a break
+    moves it: one the card reports (`restart`), a gap in the stream (a muted client, REANCHOR_S or more),
+    or pieces out of line by more than JUMP_S for WINDOW_S on end (a network grown slower, a clock drifted).
 
-    def __init__(self, rate: int) -> None:
-        self.rate = rate
-        self.origin: float | None = None
-
-    def seen(self, position: int, at: float, n: int) -> None:
-        """Sample `position` of the stream was at the card by `at`, `n` samples after the last piece seen."""
-        offset = at - position / self.rate
-        if self.origin is None or offset < self.origin or offset - self.origin > REANCHOR_S:
-            self.origin = offset
-        else:
-            self.origin += min(offset - self.origin, DRIFT * n / self.rate)
-
-    def time(self, position: int) -> float:
-        return self.origin + position / self.rate
-
-    def restart(self) -> None:
-        """The stream broke (samples lost or played twice): its next piece sets the origin afresh."""
-        self.origin = None
-
-
-class CardClock(StreamClock):
-    """A sound card's stream: its samples are its clock. Its callbacks place sample 0 in its first SETTLE_S
-    (the earliest of them less the samples before it), and after that only a break moves it: one the card
-    reports (`restart`), or callbacks out of line by more than JUMP_S for WINDOW_S on end.
-
-    Following the callbacks' times further put a wander on the samples that no room has: measured through a
-    sound server under load, the earliest microphone callback of each second rose 0.1 ms a second and fell
-    back 1.2 ms every few seconds, the speaker's ran 100 ppm ahead of our clock while what it played did
-    not (against the sound server's own record of it), and a linear canceller needs its far end within a
-    fraction of a sample of the echo. Two streams of one card stay in step this way whatever their
-    callbacks do; a drift between two cards is the canceller's to follow (`EchoLag`)."""
+    Following the pieces' times further put a wander on the samples that no room has, and a linear
+    canceller needs its far end within a fraction of a sample of the echo. Measured through a sound server
+    under load, the earliest microphone callback of each second rose 0.1 ms a second and fell back 1.2 ms
+    every few seconds, and the speaker's ran 100 ppm ahead of our clock while what it played did not;
+    on a websocket call on the same two cores, arrivals held back by the call's own work crept the near
+    end's times by up to 3 ms between their resets (followed at 0.2%), and the filter never learnt the room.
+    A drift between two clocks is the canceller's to follow (`EchoLag`)."""
 
     SETTLE_S = 1.0
     WINDOW_S = 2.0
     JUMP_S = 0.02
 
     def __init__(self, rate: int) -> None:
-        super().__init__(rate)
+        self.rate = rate
+        self.origin: float | None = None
         self._settled_at: float | None = None  # when the first SETTLE_S end
         self._earliest: deque[tuple[float, float]] = deque()  # (time seen, offset), offsets rising: a running min
 
     def seen(self, position: int, at: float, n: int) -> None:
+        """Sample `position` of the stream was at the card by `at`, `n` samples after the last piece seen."""
         offset = at - position / self.rate
+        if self.origin is not None and offset - self.origin > REANCHOR_S:
+            self.restart()
         while self._earliest and self._earliest[-1][1] >= offset:
             self._earliest.pop()
         self._earliest.append((at, offset))
@@ -118,8 +115,12 @@ class CardClock(StreamClock):
         if at < self._settled_at or abs(earliest - self.origin) > self.JUMP_S:
             self.origin = earliest
 
+    def time(self, position: int) -> float:
+        return self.origin + position / self.rate
+
     def restart(self) -> None:
-        super().restart()
+        """The stream broke (samples lost or played twice): its next piece sets the origin afresh."""
+        self.origin = None
         self._settled_at = None
         self._earliest.clear()
 
@@ -130,14 +131,16 @@ class NearEnd:
     def __init__(self) -> None:
         self.fed = 0  # samples received so far
         self.clock = StreamClock(RATE)  # when each was recorded
+        self.card = False  # whether a sound card says so (`recorded_by`), not the samples' arrivals
         self.live = True  # the last samples came no faster than a microphone records them
         self._recent: deque[tuple[float, float]] = deque()  # (arrival, offset) over the last seconds
 
     def recorded_by(self, position: int, n: int, at: float) -> None:
         """The sound card's word: the `n` samples from `position` on had been recorded by `at` (its callback's
         time). Taken from now on instead of arrivals."""
-        if not isinstance(self.clock, CardClock):
-            self.clock = CardClock(RATE)
+        if not self.card:
+            self.card = True
+            self.clock.restart()
         self.clock.seen(position + n, at, n)
 
     def feed(self, n: int, now: float) -> float:
@@ -148,6 +151,6 @@ class NearEnd:
         while self._recent[0][0] < now - 2.0:
             self._recent.popleft()
         self.live = offset > max(o for _, o in self._recent) - BURST_S  # not ahead of where it ran lately
-        if not isinstance(self.clock, CardClock):
+        if not self.card:
             self.clock.seen(self.fed, now, n)
         return self.clock.time(self.fed - n)

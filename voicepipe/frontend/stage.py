@@ -62,9 +62,11 @@ class AudioFrontEnd:
             return samples, None
         # Audio sent faster than real time was recorded before it came (a file, a test): no loudspeaker played
         # into it that the server's clock could place, so there is nothing to cancel.
-        far = self.far.read(start, len(samples)) if self.processing.echo and self.near.live \
-            else np.zeros(len(samples), np.float32)
-        out = self.processing.process(samples, far)
+        live = self.processing.echo and self.near.live
+        far = self.far.read(start, len(samples)) if live else np.zeros(len(samples), np.float32)
+        # (a sound card's far end is what it played, one stream on its own clock: it never starts anew)
+        restart = self.far.started(start, len(samples)) if live and not self.own_far_end else None
+        out = self.processing.process(samples, far, restart)
         unsuppressed = self.processing.unsuppressed
         if self.processing.echo and np.any(far):  # the canceller's own figure, whatever the suppressor took
             self.echo.add(samples, out if unsuppressed is None else unsuppressed)

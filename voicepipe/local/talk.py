@@ -26,7 +26,7 @@ from voicepipe.audio import SAMPLE_RATE
 from voicepipe.call.limits import Limits
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
-from voicepipe.frontend.reference import CardClock
+from voicepipe.frontend.reference import StreamClock
 from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.local.devices import Devices, NoAudioDevice, portaudio
 from voicepipe.local.playback import PlaybackBuffer
@@ -80,7 +80,7 @@ class LocalLine:
         self._to_speaker = Resampler(reply_rate, devices.output_rate)
         self._to_reference = Resampler(devices.output_rate, SAMPLE_RATE)
         self._position = 0  # samples of the speaker's stream so far (the PortAudio thread's)
-        self._speaker_clock = CardClock(devices.output_rate)
+        self._speaker_clock = StreamClock(devices.output_rate)
         self._latencies: list[float] = []  # the output latency PortAudio reported in the first callbacks
         self._latency = 0.0  # ...their median, fixed once they are all in
         self._after = 0  # callbacks still to report after the last one that played anything
@@ -112,7 +112,7 @@ class LocalLine:
 
     def speaker(self, outdata: np.ndarray, frames: int, time: Any, status: Any) -> None:
         """Play the next samples, and give the echo canceller exactly what was played and when: on the
-        speaker stream's own clock (`CardClock`: its samples are its clock), plus the output's latency
+        speaker stream's own clock (`StreamClock`: its samples are its clock), plus the output's latency
         (PortAudio's time at the DAC less its time now, as first reported). Timed by each callback alone, a
         reply's start moved with that callback's lateness, and the echo with it, every reply.
 
