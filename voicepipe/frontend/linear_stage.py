@@ -105,9 +105,10 @@ class LinearStage:
         """How late the far end reaches the filter, in frames (None until the echo's lag is known)."""
         return None if self._shift is None else self._shift / self._frame
 
-    def process(self, near: np.ndarray, far: np.ndarray, lag: int | None) -> np.ndarray:
+    def process(self, near: np.ndarray, far: np.ndarray, lag: int | None, heard: bool = True) -> np.ndarray:
         """The microphone frame less the echo the filter predicts (the frame itself without libspeexdsp);
-        `lag` is the echo path's, in frames, where known."""
+        `lag` is the echo path's, in frames, where known; `heard`: whether the loudspeaker may be heard at
+        all (where not, there is nothing to replay)."""
         if self._echo is None:
             return near
         self._since_start += 1
@@ -120,7 +121,7 @@ class LinearStage:
         self._silent = 0 if playing else self._silent + 1
         self._quiet = 0 if playing or float(np.dot(line, line)) > FAR_ACTIVE else self._quiet + 1
         filtered = False
-        if self._rehearse(near, far, playing):
+        if self._rehearse(near, far, playing, heard):
             out = near  # the replay has the filter: this is the far end's silence, nothing for it to learn
         elif not self._confirmed:
             if len(self._held) < HELD:
@@ -190,7 +191,7 @@ class LinearStage:
             self._since = 0
             self._judge()
 
-    def _rehearse(self, near: np.ndarray, far: np.ndarray, playing: bool) -> bool:
+    def _rehearse(self, near: np.ndarray, far: np.ndarray, playing: bool, heard: bool) -> bool:
         """While the filter is not yet trusted, keep the frames the echo may be in and replay them once the
         reply has ended; whether this frame is the replay's (the far end silent: nothing for the filter)."""
         rehearsal, quiet = self._rehearsal, self._tail // self._frame + QUIET_MARGIN
@@ -201,7 +202,7 @@ class LinearStage:
                     self._weigh(before, after, float(np.dot(line_, line_)), live=False)
                 return True
             rehearsal.stop(self._echo)
-        if self.proven:
+        if self.proven or not heard:
             return False
         if self._silent < quiet + MAX_SHIFT_FRAMES:  # the echo may be in it, however late the far end
             rehearsal.keep(near, far, self._anchor)

@@ -134,7 +134,8 @@ class AudioProcessing:
     def _cancel(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
         echoing = self.path.far(far) and self.path.present
         self.path.near(near)
-        linear = self.linear.process(near, far, self.path.lag)  # every frame: its lag and far end run unbroken
+        # every frame: its lag and far end run unbroken
+        linear = self.linear.process(near, far, self.path.lag, self.path.present)
         if not echoing:
             return self._aec.process(near, SILENCE + DITHER)
         cancelled = self._aec.process(near, far + DITHER)
