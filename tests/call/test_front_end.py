@@ -153,6 +153,9 @@ def test_the_far_end_says_where_it_started_anew_after_a_gap():
     assert far.started(9.99, 320) == 160
     assert far.started(10.02, 320) is None
     assert far.started(10.08, 640) == 320
+    for i in range(1, 600):  # a reply longer than the far end is kept: its start forgotten, nothing new
+        far.play(10.1 + 0.02 * i, tone)
+    assert far.started(21.0, 320) is None
 
 
 def test_the_near_end_clock_holds_its_grid_through_late_arrivals():

@@ -39,7 +39,7 @@ class FarEnd:
         self._chunks.append((start, samples.astype(np.float32, copy=False)))
         while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) / RATE < start - KEEP_S:
             self._chunks.popleft()
-        while self._starts[0] < start - KEEP_S:
+        while self._starts and self._starts[0] < start - KEEP_S:
             self._starts.popleft()
 
     def started(self, start: float, n: int) -> int | None:
