@@ -167,6 +167,32 @@ def test_where_the_far_end_starts_anew_the_filter_is_heard_again_once_it_has_fou
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
 
 
+def test_a_caller_who_talks_over_a_replys_start_has_the_filter_heard_again_once_the_echo_is_found():
+    """Held frames the caller talks over keep their voice, so the filter takes little off most of them; it is
+    heard again all the same, and the caller through it."""
+    processing = AudioProcessing(echo=True, noise=None)
+    run(processing, LOUD_ROOM, reply_audio(30.0))
+    reply = reply_audio(36.0)[30 * RATE:]  # audio the filter has not heard
+    speaker = Loudspeaker(LOUD_ROOM, CALLER_RMS, active_rms(reply))
+    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
+    caller = VOICE * np.float32(CALLER_RMS / active_rms(VOICE))
+    at = RATE // 10  # 100 ms into the reply, for the whole of the sample
+    outs, trusted = [], []
+    for start in range(0, len(reply) // FRAME * FRAME, FRAME):
+        mic = speaker.echo(start + FRAME, FRAME)
+        if at <= start < at + len(caller):
+            part = caller[start - at: start - at + FRAME]
+            mic[:len(part)] += part
+        outs.append(processing.process(mic, speaker.played[start:start + FRAME], 0 if start == 0 else None))
+        trusted.append(processing.linear.trusted)
+    assert not trusted[20] and trusted[70]  # held from the start, heard again within 0.7 s, the caller talking
+    out = np.concatenate(outs)
+    heard = slice(RATE, at + len(caller))  # the caller's words once it is heard again
+    voice = np.zeros(len(out), np.float32)
+    voice[at:at + len(caller)] = caller[:len(out) - at]
+    assert np.dot(out[heard], voice[heard]) / np.dot(voice[heard], voice[heard]) > 0.6
+
+
 def test_without_libspeexdsp_aec3_cancels_alone(monkeypatch):
     monkeypatch.setattr(linear_stage, "library", lambda: None)
     processing = AudioProcessing(echo=True, noise=None)

@@ -151,7 +151,8 @@ class LinearStage:
 
     def _catch_up(self) -> bool:
         """The frames held since the far end started, through the filter now the echo's lag is known; whether
-        it took the echo out of them (MEDIAN_DB at the median of those the far end played in)."""
+        it took the echo out of them: MEDIAN_DB off a quarter of those the far end played in (a caller talking
+        over the reply's start keeps the rest; a filter out of line takes nothing off any)."""
         played = np.concatenate([self._before, *(far for _, far in self._held)])
         removed = []
         for i, (near, far) in enumerate(self._held):
@@ -162,7 +163,7 @@ class LinearStage:
                 removed.append(10 * np.log10((before + FLOOR) / (min(after, before) + FLOOR)))
         self._held.clear()
         self._before = self._played.copy()
-        return not removed or float(np.median(removed)) >= MEDIAN_DB
+        return not removed or float(np.percentile(removed, 75)) >= MEDIAN_DB
 
     def _weigh(self, before: float, after: float, far_energy: float, live: bool = True) -> None:
         """One frame's evidence: the microphone's energy `before` the filter and `after` it, the far end's
@@ -192,8 +193,8 @@ class LinearStage:
             self._judge()
 
     def _rehearse(self, near: np.ndarray, far: np.ndarray, playing: bool, heard: bool) -> bool:
-        """While the filter is not yet trusted, keep the frames the echo may be in and replay them once the
-        reply has ended; whether this frame is the replay's (the far end silent: nothing for the filter)."""
+        """Until the filter is proven, keep the frames the echo may be in and replay them once the reply has
+        ended; whether this frame is the replay's (the far end silent: nothing for the filter)."""
         rehearsal, quiet = self._rehearsal, self._tail // self._frame + QUIET_MARGIN
         if rehearsal.running:
             if not playing:
