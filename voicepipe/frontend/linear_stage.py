@@ -64,6 +64,12 @@ MAX_SHIFT_FRAMES = 50  # the far end's delay at most (EchoLag's reach)
 REHEARSED = 100  # frames kept, at least, before a replay
 
 
+def removed_db(before: float, after: float) -> float:
+    """What the filter took off a frame, in dB, from its energy `before` and `after` (a frame it made
+    louder counts as left alone)."""
+    return float(10 * np.log10((before + FLOOR) / (min(after, before) + FLOOR)))
+
+
 class LinearStage:
     """The linear canceller of one call, and whether its output is trusted."""
 
@@ -117,7 +123,8 @@ class LinearStage:
             self._align(max(0, lag - MARGIN) * self._frame)
         self._played = np.concatenate([self._played, far])[-len(self._played):]
         line = self._delayed(self._played, len(self._played))
-        playing = float(np.dot(far, far)) > FAR_ACTIVE
+        far_energy = float(np.dot(far, far))
+        playing = far_energy > FAR_ACTIVE
         self._silent = 0 if playing else self._silent + 1
         self._quiet = 0 if playing or float(np.dot(line, line)) > FAR_ACTIVE else self._quiet + 1
         filtered = False
@@ -135,13 +142,13 @@ class LinearStage:
         self.wrong = after > before
         if self.wrong:
             out, after = near, before
-        self.removed = 10 * np.log10((before + FLOOR) / (after + FLOOR))
+        self.removed = removed_db(before, after)
         self._levels.append(before)
         self._heard += 1
         if self._heard % JUDGE_EVERY == 0:
             self._floor = float(np.percentile(self._levels, 10))
         if filtered:
-            self._weigh(before, after, float(np.dot(far, far)))
+            self._weigh(before, after, far_energy)
         return out
 
     def _delayed(self, played: np.ndarray, end: int) -> np.ndarray:
@@ -157,10 +164,10 @@ class LinearStage:
         removed = []
         for i, (near, far) in enumerate(self._held):
             out = self._echo.process(near, self._delayed(played, len(self._before) + (i + 1) * self._frame))
-            before, after = float(np.dot(near, near)), float(np.dot(out, out))
-            self._weigh(before, min(after, before), float(np.dot(far, far)))
-            if float(np.dot(far, far)) > FAR_ACTIVE:
-                removed.append(10 * np.log10((before + FLOOR) / (min(after, before) + FLOOR)))
+            before, after, far_energy = float(np.dot(near, near)), float(np.dot(out, out)), float(np.dot(far, far))
+            self._weigh(before, after, far_energy)
+            if far_energy > FAR_ACTIVE:
+                removed.append(removed_db(before, after))
         self._held.clear()
         self._before = self._played.copy()
         return not removed or float(np.percentile(removed, 75)) >= MEDIAN_DB
@@ -175,8 +182,7 @@ class LinearStage:
             return
         level = float(np.log10(far_energy))
         at_floor = after <= self._floor * 10 ** (AT_FLOOR_DB / 10)
-        removed = 10 * np.log10((before + FLOOR) / (min(after, before) + FLOOR))
-        removed = max(removed, PROVEN_DB) if at_floor else removed
+        removed = max(removed_db(before, after), PROVEN_DB) if at_floor else removed_db(before, after)
         self._frames.append((level, removed))
         if level >= self._loudest - LOUD:
             self._recent.append(removed)
@@ -198,9 +204,9 @@ class LinearStage:
         rehearsal, quiet = self._rehearsal, self._tail // self._frame + QUIET_MARGIN
         if rehearsal.running:
             if not playing:
-                for kept, line_, out in rehearsal.step(self._echo):
+                for kept, line, out in rehearsal.step(self._echo):
                     before, after = float(np.dot(kept, kept)), float(np.dot(out, out))
-                    self._weigh(before, after, float(np.dot(line_, line_)), live=False)
+                    self._weigh(before, after, float(np.dot(line, line)), live=False)
                 return True
             rehearsal.stop(self._echo)
         if self.proven or not heard:

@@ -4,8 +4,9 @@ An adaptive filter learns a step from each frame it hears and then lets the fram
 replies are short, so the filter that must hear the caller over them has had a few seconds of echo, once.
 Heard again, the same audio teaches it again: measured in the synthetic rooms, five passes over a first
 reply of 2 s took the filter's median echo removal on the next from 14-15 dB to 27 dB (heard once, the
-filter reached 19.5-21.5 dB only in the fourth reply). The replay runs while the far end is silent, a few frames beside
-each of the call's own, so it neither stalls the call nor meets the next reply's echo in the filter.
+filter reached 19.5-21.5 dB only in the fourth reply). The replay runs while the far end is silent, a few
+frames beside each of the call's own, so it neither stalls the call nor meets the next reply's echo in the
+filter.
 
 The microphone and the far end are kept as they came, from the first reply on, each frame with the
 echo's lag where known, so the far end can be delayed as the filter's is at the replay (the lag is found
