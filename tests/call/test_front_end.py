@@ -138,23 +138,37 @@ async def test_a_real_interruption_over_the_echo_still_cancels_the_reply():
 def test_the_far_end_is_read_back_where_it_played_and_cut_where_the_caller_dropped_it():
     far = FarEnd()
     tone = np.ones(1600, np.float32)
-    far.play(10.0, tone)
+    far.play(10.0, tone, 10.0)
     assert far.read(9.95, 1600)[:800].sum() == 0 and far.read(9.95, 1600)[800:].sum() == 800
     far.cut(10.05)
     assert far.read(10.0, 1600).sum() == 800
 
 
+def test_a_sentence_sent_in_frames_far_ahead_of_its_play_keeps_what_plays_now():
+    """A long sentence goes out in 2 s frames at once, queued up to 20 s ahead: the far end still holds the
+    audio playing now (forgotten by the latest frame's time, the echo of a reply went uncancelled mid-reply
+    and barged in)."""
+    far = FarEnd()
+    far.play(10.0, np.ones(16000 * 2, np.float32), 10.0)
+    for i in range(10):
+        far.play(12.0 + 2 * i, np.full(16000 * 2, 0.5, np.float32), 10.9)
+    assert far.read(11.0, 320).sum() == 320
+    assert far.read(31.0, 320).sum() == 160
+    far.play(40.0, np.ones(320, np.float32), 40.0)  # and forgotten once it is long past
+    assert far.read(11.0, 320).sum() == 0
+
+
 def test_the_far_end_says_where_it_started_anew_after_a_gap():
     far = FarEnd()
     tone = np.ones(320, np.float32)
-    far.play(10.0, tone)
-    far.play(10.02, tone)  # straight after: the same stream
-    far.play(10.1, tone)  # after 60 ms of nothing: the client's queue ran dry
+    far.play(10.0, tone, 10.0)
+    far.play(10.02, tone, 10.02)  # straight after: the same stream
+    far.play(10.1, tone, 10.1)  # after 60 ms of nothing: the client's queue ran dry
     assert far.started(9.99, 320) == 160
     assert far.started(10.02, 320) is None
     assert far.started(10.08, 640) == 320
     for i in range(1, 600):  # a reply longer than the far end is kept: its start forgotten, nothing new
-        far.play(10.1 + 0.02 * i, tone)
+        far.play(10.1 + 0.02 * i, tone, 10.1 + 0.02 * i)
     assert far.started(21.0, 320) is None
 
 

@@ -155,13 +155,15 @@ def test_where_the_far_end_starts_anew_the_filter_is_heard_again_once_it_has_fou
     reply = reply_audio(36.0)[30 * RATE:]  # audio the filter has not heard
     speaker = Loudspeaker(later, CALLER_RMS, active_rms(reply))
     speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
-    mics, outs, trusted = [], [], []
+    mics, outs, trusted, shown = [], [], [], []
     for at in range(0, len(reply) // FRAME * FRAME, FRAME):
         mics.append(speaker.echo(at + FRAME, FRAME))
         outs.append(processing.process(mics[-1], speaker.played[at:at + FRAME], 0 if at == 0 else None))
         trusted.append(processing.linear.trusted)
+        shown.append(processing.canceller)
     assert not any(trusted[:30]) and all(trusted[100:])  # heard again within a second
     assert processing.linear.proven
+    assert [s == "linear" for s in shown] == trusted  # the page says which canceller's output the call hears
     mic, out = np.concatenate(mics), np.concatenate(outs)
     late = slice(4 * RATE, len(out))
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)

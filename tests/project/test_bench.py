@@ -93,3 +93,45 @@ def test_bench_engine_rounds_alternate_the_modes_order_and_report_medians(monkey
     assert order == ["o4", "fcfs", "fcfs", "o4"]
     assert result["o4"] == {"throughput_tok_s": 105.0, "steps": 7, "rounds_throughput_tok_s": [100.0, 110.0]}
     assert result["fcfs"]["throughput_tok_s"] == 130.0
+
+
+def test_bench_room_places_each_false_barge_in_and_sums_calls_per_100_replies():
+    """A reply cleared while the caller was silent is a false barge-in: placed in its reply and that reply's
+    audio, with the canceller the call's last stats showed; several calls' figures sum."""
+    from voicepipe.bench.room import RATE
+    from voicepipe.bench.room_bench import Heard, figures, merged
+
+    stats = {"type": "scheduler.stats", "stats": {"audio_input": {"canceller": "linear",
+                                                                 "echo_return_loss_enhancement_db": 31.0}}}
+    heard = Heard(spoken=[(0, RATE, "What is the capital of Italy?")],
+                  events=[(RATE + RATE // 2, {"type": "response.created"}),
+                          (6 * RATE, stats), (10 * RATE, {"type": "response.created"}),
+                          (11 * RATE, {"type": "output_audio_buffer.cleared"})],
+                  first_audio=[2 * RATE, 10 * RATE + RATE // 2])
+    call = figures(heard, [], front=True)
+    assert call["false_barge_ins"] == 1
+    assert call["false_barge_in_at"] == [{"at_s": 11.0, "reply": 2, "into_reply_audio_s": 0.5, "canceller": "linear",
+                                          "echo_return_loss_enhancement_db": 31.0}]
+    quiet = figures(Heard(spoken=heard.spoken, events=heard.events[:2], first_audio=[2 * RATE]), [], front=True)
+    both = merged([call, quiet])
+    assert (both["replies"], both["false_barge_ins"], both["false_barge_ins_per_100_replies"]) == (3, 1, 100 / 3)
+    assert len(both["calls"]) == 2 and both["false_barge_in_at"] == call["false_barge_in_at"]
+
+
+def test_bench_room_counts_an_utterance_begun_after_the_callers_last_word_as_a_phantom():
+    """The echo of a reply's start heard as "Thank you." half a second after the question: a phantom, though
+    its transcript comes within the seconds a question's own transcript may take."""
+    from voicepipe.bench.room import RATE
+    from voicepipe.bench.room_bench import Heard, figures
+
+    def utterance(item: str, start_ms: int, at: float, text: str) -> list[tuple[int, dict]]:
+        return [(int(at * RATE) - RATE // 2, {"type": "input_audio_buffer.speech_started", "item_id": item,
+                                              "audio_start_ms": start_ms}),
+                (int(at * RATE), {"type": "conversation.item.input_audio_transcription.completed",
+                                  "item_id": item, "transcript": text})]
+
+    question = [(RATE, 2 * RATE, "What is the capital of Italy?")]
+    heard = Heard(spoken=question, events=utterance("a", 700, 2.6, "What is the capital of Italy?"))
+    assert figures(heard, [], front=True)["phantom_transcripts"] == 0
+    heard.events += utterance("b", 2440, 3.5, "Thank you.")
+    assert figures(heard, [], front=True)["phantom_transcripts"] == 1

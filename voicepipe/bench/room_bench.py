@@ -178,14 +178,25 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         return next((s for s in spoken if s[0] - RATE // 4 <= at <= s[1] + margin), None)
 
     starts = [at for at, e in h.events if e["type"] == "input_audio_buffer.speech_started"]
-    transcripts = [(at, e["transcript"]) for at, e in h.events
+    transcripts = [(at, e["transcript"], e.get("item_id")) for at, e in h.events
                    if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    began = {e["item_id"]: e["audio_start_ms"] * RATE // 1000 for _, e in h.events
+             if e["type"] == "input_audio_buffer.speech_started" and "audio_start_ms" in e}
+
+    def phantom(at: int, item_id: str | None) -> bool:
+        """An utterance that began while the caller was silent (the VAD's start, with its padding, at most
+        half a second before their first word and no later than their last); where the start is not told,
+        a transcript that came more than 3 s after the caller's last word."""
+        if item_id in began:
+            return not any(s[0] - RATE // 2 <= began[item_id] <= s[1] for s in spoken)
+        return speaking(at, 3 * RATE) is None
+
     cleared = [at for at, e in h.events if e["type"] == "output_audio_buffer.cleared"]
     errors = total = heard = 0
     for start, end, text in spoken:
         if text == INTERRUPTION:
             continue
-        said = " ".join(t for at, t in transcripts if start <= at <= end + 3 * RATE)
+        said = " ".join(t for at, t, _ in transcripts if start <= at <= end + 3 * RATE)
         e, n = word_errors(text, said)
         errors, total = errors + min(e, n), total + n
         heard += e <= n // 3
@@ -196,17 +207,47 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         if first is not None and first - end < 10 * RATE:
             ttfa.append((first - end) / RATE)
     cpu = front_end_cpu(h) if h.far else None
+    false = [c for c in cleared if speaking(c, RATE // 2) is None]
     return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
-            "word_error": errors / max(1, total),
+            "word_error": errors / max(1, total), "word_errors": errors, "words": total,
             "replies": sum(1 for _, e in h.events if e["type"] == "response.created"),
-            "false_barge_ins": sum(1 for c in cleared if speaking(c, RATE // 2) is None),
-            "phantom_transcripts": sum(1 for at, _ in transcripts if speaking(at, 3 * RATE) is None),
+            "false_barge_ins": len(false), "false_barge_in_at": [false_barge_in(h, at) for at in false],
+            "phantom_transcripts": sum(1 for at, _, item_id in transcripts if phantom(at, item_id)),
             "speech_started_while_silent": sum(1 for s in starts if speaking(s, 0) is None),
             "interruptions_caught_300ms": sum(1 for c in caught if c is not None and c <= 0.3 * RATE),
             "interruptions": len(onsets),
             "interruption_stop_s": [None if c is None else c / RATE for c in caught],
-            "first_audio_p50_s": percentile(ttfa, 50) if ttfa else None, "front_end": front,
-            "front_end_cpu_ms_per_s": cpu}
+            "first_audio_s": ttfa, "first_audio_p50_s": percentile(ttfa, 50) if ttfa else None,
+            "front_end": front, "front_end_cpu_ms_per_s": cpu}
+
+
+def false_barge_in(h: Heard, at: int) -> dict:
+    """Where a false barge-in came (seconds into the call and into its reply's audio, which reply) and the
+    front end as the call's last stats before it showed it (which canceller's output the call heard)."""
+    created = [a for a, e in h.events if e["type"] == "response.created" and a <= at]
+    audio = [a for a in h.first_audio if a <= at]
+    state = next((e["stats"]["audio_input"] for a, e in reversed(h.events)
+                  if a <= at and e["type"] == "scheduler.stats" and "audio_input" in e["stats"]), None)
+    return {"at_s": at / RATE, "reply": len(created),
+            "into_reply_audio_s": (at - audio[-1]) / RATE if audio else None,
+            "canceller": None if state is None else state["canceller"],
+            "echo_return_loss_enhancement_db": None if state is None else state["echo_return_loss_enhancement_db"]}
+
+
+def merged(calls: list[dict]) -> dict:
+    """One room's figures over several calls: counts summed, word error over all words, first audio's p50
+    over every reply, false barge-ins per 100 replies; each call's own figures under "calls"."""
+    total = {key: sum(c[key] for c in calls) for key in (
+        "questions", "heard", "utterances", "word_errors", "words", "replies", "false_barge_ins",
+        "phantom_transcripts", "speech_started_while_silent", "interruptions_caught_300ms", "interruptions")}
+    ttfa = [t for c in calls for t in c["first_audio_s"]]
+    cpu = [c["front_end_cpu_ms_per_s"] for c in calls if c["front_end_cpu_ms_per_s"] is not None]
+    return {**total, "word_error": total["word_errors"] / max(1, total["words"]),
+            "false_barge_ins_per_100_replies": 100 * total["false_barge_ins"] / max(1, total["replies"]),
+            "false_barge_in_at": [f for c in calls for f in c["false_barge_in_at"]],
+            "interruption_stop_s": [s for c in calls for s in c["interruption_stop_s"]],
+            "first_audio_p50_s": percentile(ttfa, 50) if ttfa else None, "front_end": calls[0]["front_end"],
+            "front_end_cpu_ms_per_s": sum(cpu) / len(cpu) if cpu else None, "calls": calls}
 
 
 def front_end_cpu(h: Heard) -> float:
@@ -220,7 +261,7 @@ def front_end_cpu(h: Heard) -> float:
 
 
 async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_sentences: list[np.ndarray],
-                     tries: int) -> dict:
+                     tries: int, calls: int = 1, fronts: tuple[bool, ...] = (True, False)) -> dict:
     questions = [espeak_audio("en-us", q) for q in QUESTIONS]
     interruption = espeak_audio("en-us", INTERRUPTION)
     voices = [espeak_audio(v, s) for v in ("en-gb", "en+f3", "en-us") for s in BABBLE]
@@ -231,9 +272,10 @@ async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_sentences: l
     try:
         url = f"ws://127.0.0.1:{server.port}/ws"
         for case in cases:
-            for front in (True, False):
-                result = await run_case(url, case, front, questions, interruption, reply_rms, voices)
-                report["cases"].setdefault(case.name, {})["on" if front else "off"] = result
+            for front in fronts:
+                results = [await run_case(url, case, front, questions, interruption, reply_rms, voices)
+                           for _ in range(calls)]
+                report["cases"].setdefault(case.name, {})["on" if front else "off"] = merged(results)
     finally:
         await server.close()
     if tries:
@@ -266,12 +308,21 @@ def print_barge_in(report: dict) -> None:
 
 
 def print_room(report: dict) -> None:
-    print(f"{'room':34} {'front end':9} {'heard':>6} {'WER':>5} {'replies':>8} {'false b-i':>9} {'phantom':>7} "
-          f"{'interrupt':>9} {'first audio':>11} {'CPU ms/s':>8}")
+    print(f"{'room':34} {'front end':9} {'heard':>7} {'WER':>5} {'replies':>8} {'false b-i':>9} {'per 100':>7} "
+          f"{'phantom':>7} {'interrupt':>9} {'first audio':>11} {'CPU ms/s':>8}")
     for name, runs in report["cases"].items():
         for which, r in runs.items():
             fa = "-" if r["first_audio_p50_s"] is None else f"{r['first_audio_p50_s']:.2f} s"
             cpu = "-" if r["front_end_cpu_ms_per_s"] is None else f"{r['front_end_cpu_ms_per_s']:.1f}"
-            print(f"{name:34} {which:9} {r['heard']:>3}/{r['questions']:<2} {r['word_error']:5.2f} "
-                  f"{r['replies']:>4}/{r['utterances']:<3} {r['false_barge_ins']:>9} {r['phantom_transcripts']:>7} "
-                  f"{r['interruptions_caught_300ms']:>7}/{r['interruptions']} {fa:>11} {cpu:>8}")
+            per_100 = 100 * r["false_barge_ins"] / max(1, r["replies"])
+            print(f"{name:34} {which:9} {r['heard']:>3}/{r['questions']:<3} {r['word_error']:5.2f} "
+                  f"{r['replies']:>4}/{r['utterances']:<3} {r['false_barge_ins']:>9} {per_100:>7.1f} "
+                  f"{r['phantom_transcripts']:>7} {r['interruptions_caught_300ms']:>7}/{r['interruptions']:<1} "
+                  f"{fa:>11} {cpu:>8}")
+    for name, runs in report["cases"].items():
+        for which, r in runs.items():
+            for f in r["false_barge_in_at"]:
+                into = "-" if f["into_reply_audio_s"] is None else f"{f['into_reply_audio_s']:.2f} s"
+                print(f"false barge-in, {name} ({which}): {f['at_s']:.1f} s into the call, reply {f['reply']}, "
+                      f"{into} into its audio; the call heard {f['canceller']}'s output "
+                      f"({f['echo_return_loss_enhancement_db']} dB of echo removed)")

@@ -282,6 +282,10 @@ def add_room_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default all: " + "; ".join(f"{i} {c.name}" for i, c in enumerate(CASES, 1)) + ")")
     parser.add_argument("--tries", type=int, default=20, help="interruptions per room tried through the front "
                         "end and the VAD alone, after the calls (default 20; 0 skips them)")
+    parser.add_argument("--calls", type=int, default=1, help="calls per room and front-end setting (default 1); "
+                        "their figures are summed, false barge-ins also per 100 replies")
+    parser.add_argument("--front", choices=("both", "on", "off"), default="both",
+                        help="the calls with the audio front end on, off, or both (default)")
     add_json_argument(parser)
     add_llm_model_arguments(parser)
 
@@ -305,7 +309,9 @@ def run_room_bench(args: argparse.Namespace) -> int:
         if "barge_in" in report:
             print_barge_in(report["barge_in"])
 
-    return run_on_spawned(args, lambda runtime: bench_room(runtime, cases, sentences, args.tries), show)
+    fronts = {"both": (True, False), "on": (True,), "off": (False,)}[args.front]
+    return run_on_spawned(args, lambda runtime: bench_room(runtime, cases, sentences, args.tries, args.calls, fronts),
+                          show)
 
 
 def add_talk_arguments(parser: argparse.ArgumentParser) -> None:

@@ -82,10 +82,10 @@ class AudioProcessing:
     @property
     def canceller(self) -> str:
         """What the call hears of the cancellers: "off", "aec3" (the linear filter learning the room, in
-        doubt, or without libspeexdsp), or "linear" (its output, trusted)."""
+        doubt, held at a fresh start, or without libspeexdsp), or "linear" (its output, trusted)."""
         if not self.echo:
             return "off"
-        return "linear" if self.linear.proven else "aec3"
+        return "linear" if self.linear.trusted else "aec3"
 
     def configure(self, echo: bool, noise: NoiseReduction) -> None:
         """New settings; the canceller keeps what it learnt of the room when only the suppressor changes."""

@@ -31,15 +31,18 @@ class FarEnd:
         self._starts: deque[float] = deque()  # when it started anew after a gap (a client's queue ran dry)
         self._end: float | None = None  # when the last chunk ends
 
-    def play(self, start: float, samples: np.ndarray) -> None:
-        """`samples` (float32, 16 kHz) were due to play from `start`."""
+    def play(self, start: float, samples: np.ndarray, now: float) -> None:
+        """`samples` (float32, 16 kHz) were due to play from `start`; sent at `now`. What is kept is timed
+        from the earlier of the two: a long sentence goes out in several frames at once, queued up to its
+        end, and what plays meanwhile must outlast them."""
         if self._end is None or start > self._end + 0.5 / RATE:
             self._starts.append(start)
         self._end = start + len(samples) / RATE
         self._chunks.append((start, samples.astype(np.float32, copy=False)))
-        while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) / RATE < start - KEEP_S:
+        kept_from = min(start, now) - KEEP_S
+        while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) / RATE < kept_from:
             self._chunks.popleft()
-        while self._starts and self._starts[0] < start - KEEP_S:
+        while self._starts and self._starts[0] < kept_from:
             self._starts.popleft()
 
     def started(self, start: float, n: int) -> int | None:

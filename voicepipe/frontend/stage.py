@@ -86,7 +86,7 @@ class AudioFrontEnd:
     def played(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """Reply audio (PCM16 or float32) due to play from `start`."""
         audio = samples.astype(np.float32) / 32768.0 if samples.dtype == np.int16 else samples
-        self.far.play(start, resample(audio, sample_rate, RATE))
+        self.far.play(start, resample(audio, sample_rate, RATE), self.clock())
 
     def configure(self) -> None:
         self.processing.configure(self.config.echo_cancellation, self.config.noise_reduction)
