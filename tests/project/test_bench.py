@@ -134,4 +134,6 @@ def test_bench_room_counts_an_utterance_begun_after_the_callers_last_word_as_a_p
     heard = Heard(spoken=question, events=utterance("a", 700, 2.6, "What is the capital of Italy?"))
     assert figures(heard, [], front=True)["phantom_transcripts"] == 0
     heard.events += utterance("b", 2440, 3.5, "Thank you.")
-    assert figures(heard, [], front=True)["phantom_transcripts"] == 1
+    call = figures(heard, [], front=True)
+    assert call["phantom_transcripts"] == 1
+    assert (call["phantom_at"][0]["transcript"], call["phantom_at"][0]["at_s"]) == ("Thank you.", 2.44)

@@ -208,11 +208,13 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
             ttfa.append((first - end) / RATE)
     cpu = front_end_cpu(h) if h.far else None
     false = [c for c in cleared if speaking(c, RATE // 2) is None]
+    phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text}
+                for at, text, item_id in transcripts if phantom(at, item_id)]
     return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
             "word_error": errors / max(1, total), "word_errors": errors, "words": total,
             "replies": sum(1 for _, e in h.events if e["type"] == "response.created"),
-            "false_barge_ins": len(false), "false_barge_in_at": [false_barge_in(h, at) for at in false],
-            "phantom_transcripts": sum(1 for at, _, item_id in transcripts if phantom(at, item_id)),
+            "false_barge_ins": len(false), "false_barge_in_at": [placed(h, at) for at in false],
+            "phantom_transcripts": len(phantoms), "phantom_at": phantoms,
             "speech_started_while_silent": sum(1 for s in starts if speaking(s, 0) is None),
             "interruptions_caught_300ms": sum(1 for c in caught if c is not None and c <= 0.3 * RATE),
             "interruptions": len(onsets),
@@ -221,8 +223,8 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
             "front_end": front, "front_end_cpu_ms_per_s": cpu}
 
 
-def false_barge_in(h: Heard, at: int) -> dict:
-    """Where a false barge-in came (seconds into the call and into its reply's audio, which reply) and the
+def placed(h: Heard, at: int) -> dict:
+    """Where something came (seconds into the call and into the latest reply's audio, which reply) and the
     front end as the call's last stats before it showed it (which canceller's output the call heard)."""
     created = [a for a, e in h.events if e["type"] == "response.created" and a <= at]
     audio = [a for a in h.first_audio if a <= at]
@@ -245,6 +247,7 @@ def merged(calls: list[dict]) -> dict:
     return {**total, "word_error": total["word_errors"] / max(1, total["words"]),
             "false_barge_ins_per_100_replies": 100 * total["false_barge_ins"] / max(1, total["replies"]),
             "false_barge_in_at": [f for c in calls for f in c["false_barge_in_at"]],
+            "phantom_at": [f for c in calls for f in c["phantom_at"]],
             "interruption_stop_s": [s for c in calls for s in c["interruption_stop_s"]],
             "first_audio_p50_s": percentile(ttfa, 50) if ttfa else None, "front_end": calls[0]["front_end"],
             "front_end_cpu_ms_per_s": sum(cpu) / len(cpu) if cpu else None, "calls": calls}
@@ -321,8 +324,10 @@ def print_room(report: dict) -> None:
                   f"{fa:>11} {cpu:>8}")
     for name, runs in report["cases"].items():
         for which, r in runs.items():
-            for f in r["false_barge_in_at"]:
-                into = "-" if f["into_reply_audio_s"] is None else f"{f['into_reply_audio_s']:.2f} s"
-                print(f"false barge-in, {name} ({which}): {f['at_s']:.1f} s into the call, reply {f['reply']}, "
-                      f"{into} into its audio; the call heard {f['canceller']}'s output "
-                      f"({f['echo_return_loss_enhancement_db']} dB of echo removed)")
+            for what, key in (("false barge-in", "false_barge_in_at"), ("phantom", "phantom_at")):
+                for f in r[key]:
+                    into = "-" if f["into_reply_audio_s"] is None else f"{f['into_reply_audio_s']:.2f} s"
+                    heard = f' "{f["transcript"]}"' if "transcript" in f else ""
+                    print(f"{what}{heard}, {name} ({which}): {f['at_s']:.1f} s into the call, reply {f['reply']}, "
+                          f"{into} into its audio; the call heard {f['canceller']}'s output "
+                          f"({f['echo_return_loss_enhancement_db']} dB of echo removed)")
