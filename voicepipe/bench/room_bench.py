@@ -6,9 +6,10 @@ microphone hears its own voice, what its loudspeaker plays of the replies throug
 (`voicepipe.bench.speakerphone`), and the room's noise; it sends all of that in real time. In one turn of
 each room it speaks over the reply a second after it starts (a real interruption). Reported per room:
 questions heard and their word error, replies, false barge-ins (the reply's audio cleared while the
-caller was silent), phantom transcripts (an utterance heard while the caller was silent), interruptions
+caller was silent), phantom transcripts (an utterance begun while the caller was silent), interruptions
 caught within 300 ms of their onset, first audio from the question's last word, and the front end's CPU
-per call (the front end run again over the call's recorded microphone and loudspeaker audio).
+per call (the front end run again over the call's recorded microphone and loudspeaker audio). With several
+calls a room their figures are summed, and each false barge-in and phantom is listed with where it came.
 """
 
 import asyncio
