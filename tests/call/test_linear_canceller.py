@@ -218,21 +218,3 @@ def test_frames_silenced_as_echo_carry_the_rooms_own_noise():
     assert energy.min() > 0
     quiet = 10 * np.log10(np.percentile(energy, 5) / SELF_NOISE ** 2)
     assert -6 < quiet < 6  # within 6 dB of the microphone's own noise
-
-
-def test_while_the_filter_is_held_at_a_fresh_start_aec3s_residue_is_gated_as_at_an_onset():
-    """Past the far end's onset and AEC3's learning, a frame AEC3 took 15 dB off is left as it came (it may
-    hold the caller); while the linear filter is held, AEC3's output standing in for it, it is echo alone."""
-    from voicepipe.frontend.echo_path import EchoPath
-
-    rng = np.random.default_rng(3)
-    path = EchoPath()
-    for _ in range(400):  # AEC3 has learnt the room, and the reply has played on past its onset
-        far = rng.standard_normal(FRAME).astype(np.float32) * 0.1
-        near = far * 0.5
-        path.far(far)
-        path.near(near)
-        path.residue(near, near * 1e-3)
-    out = near * np.float32(10 ** (-15 / 20))
-    assert not path.residue(near, out)
-    assert path.residue(near, out, held=True)

@@ -44,9 +44,7 @@ EVIDENCE = 50
 HISTORY = 1000
 # The residue gate, while AEC3 is still learning the room (its first LEARN_S of echo) and at every onset
 # (ONSET_S from the far end's start after a silence, where it lets 100-200 ms through: measured in the
-# synthetic rooms, 8-13 dB taken off there against 40-60 dB a moment later), and for as long as the linear
-# filter is held at a fresh start, AEC3's output heard meanwhile (in calls, held past ONSET_S, AEC3's residue
-# was heard as "Good bye." and barged in 0.74 s into a reply). The VAD scores a voice by its
+# synthetic rooms, 8-13 dB taken off there against 40-60 dB a moment later). The VAD scores a voice by its
 # shape, not its loudness, so there a frame the canceller took more than GATE_DB off is echo alone and is
 # silenced (once gating, down to HOLD_DB); while learning, so is a frame no louder than the far end's
 # recent loudest times the echo path's usual gain, LEVEL_DB over it. Only then: AEC3 itself takes about
@@ -147,13 +145,12 @@ class EchoPath:
             if self._silent >= SILENT:
                 self._judged = False
 
-    def residue(self, near: np.ndarray, out: np.ndarray, held: bool = False) -> bool:
+    def residue(self, near: np.ndarray, out: np.ndarray) -> bool:
         """Whether the cancelled frame `out` of microphone frame `near` is echo alone; called for the frames
-        the far end may be echoing in, while the echo path is present. `held`: the linear filter is held at
-        the far end's fresh start, AEC3's output standing in for it (as at an onset, however long that takes)."""
+        the far end may be echoing in, while the echo path is present."""
         self._learnt += 1
         learning = self._learnt < LEARN_S * 100
-        if not (learning or self._onset_frames or held):
+        if not (learning or self._onset_frames):
             self._gating = False
             return False
         before, after = energy(near), energy(out)

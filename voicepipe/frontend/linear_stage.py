@@ -222,11 +222,6 @@ class LinearStage:
         last started after a gap."""
         return self.proven and self._confirmed
 
-    @property
-    def held(self) -> bool:
-        """Whether a proven filter is held at the far end's fresh start (its lag not yet found again)."""
-        return self.proven and not self._confirmed
-
     def restarted(self) -> None:
         """The far end starts anew after a gap (the server's playback ran dry: a reply's start, or a late
         sentence). So may the client's queue, on its own next buffer, and the echo then comes a buffer's step

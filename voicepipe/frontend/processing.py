@@ -141,7 +141,7 @@ class AudioProcessing:
         cancelled = self._aec.process(near, far + DITHER)
         if self.linear.trusted and not self.linear.wrong:
             return linear if self.linear.removed < RESIDUE_DB else self._room()
-        return self._room() if self.path.residue(near, cancelled, self.linear.held) else cancelled
+        return self._room() if self.path.residue(near, cancelled) else cancelled
 
     def _judge_noise(self, frame: np.ndarray) -> None:
         """Whether the room is noisy, by its noise floor before the suppressor (which the suppressor's own
