@@ -133,6 +133,8 @@ def test_bench_room_counts_an_utterance_begun_after_the_callers_last_word_as_a_p
     question = [(RATE, 2 * RATE, "What is the capital of Italy?")]
     heard = Heard(spoken=question, events=utterance("a", 700, 2.6, "What is the capital of Italy?"))
     assert figures(heard, [], front=True)["phantom_transcripts"] == 0
+    heard.events += utterance("c", 2400, 3.4, "")  # an utterance of no words: no turn
+    assert figures(heard, [], front=True)["phantom_transcripts"] == 0
     heard.events += utterance("b", 2440, 3.5, "Thank you.")
     call = figures(heard, [], front=True)
     assert call["phantom_transcripts"] == 1

@@ -185,9 +185,10 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
              if e["type"] == "input_audio_buffer.speech_started" and "audio_start_ms" in e}
 
     def phantom(at: int, item_id: str | None) -> bool:
-        """An utterance that began while the caller was silent (the VAD's start, with its padding, at most
+        """Whether an utterance began while the caller was silent (the VAD's start, with its padding, at most
         half a second before their first word and no later than their last); where the start is not told,
-        a transcript that came more than 3 s after the caller's last word."""
+        whether its transcript came more than 3 s after the caller's last word. (Counted where it has words:
+        one of none is no turn.)"""
         if item_id in began:
             return not any(s[0] - RATE // 2 <= began[item_id] <= s[1] for s in spoken)
         return speaking(at, 3 * RATE) is None
@@ -210,7 +211,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     cpu = front_end_cpu(h) if h.far else None
     false = [c for c in cleared if speaking(c, RATE // 2) is None]
     phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text}
-                for at, text, item_id in transcripts if phantom(at, item_id)]
+                for at, text, item_id in transcripts if words(text) and phantom(at, item_id)]
     return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
             "word_error": errors / max(1, total), "word_errors": errors, "words": total,
             "replies": sum(1 for _, e in h.events if e["type"] == "response.created"),
