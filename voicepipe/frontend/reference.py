@@ -73,9 +73,6 @@ class FarEnd:
                 out[lo:hi] = samples[lo - offset: hi - offset]
         return out
 
-    def playing(self, now: float) -> bool:
-        return bool(self._chunks) and self._chunks[-1][0] + len(self._chunks[-1][1]) / RATE > now
-
 
 class StreamClock:
     """When sample 0 of a sound stream (at `rate`) was at the sound card, on our clock, from when its pieces
@@ -102,8 +99,8 @@ class StreamClock:
         self._settled_at: float | None = None  # when the first SETTLE_S end
         self._earliest: deque[tuple[float, float]] = deque()  # (time seen, offset), offsets rising: a running min
 
-    def seen(self, position: int, at: float, n: int) -> None:
-        """Sample `position` of the stream was at the card by `at`, `n` samples after the last piece seen."""
+    def seen(self, position: int, at: float) -> None:
+        """Sample `position` of the stream was at the card by `at`."""
         offset = at - position / self.rate
         if self.origin is not None and offset - self.origin > REANCHOR_S:
             self.restart()
@@ -144,7 +141,7 @@ class NearEnd:
         if not self.card:
             self.card = True
             self.clock.restart()
-        self.clock.seen(position + n, at, n)
+        self.clock.seen(position + n, at)
 
     def feed(self, n: int, now: float) -> float:
         """`n` samples arrived at `now`: when the first of them was recorded."""
@@ -155,5 +152,5 @@ class NearEnd:
             self._recent.popleft()
         self.live = offset > max(o for _, o in self._recent) - BURST_S  # not ahead of where it ran lately
         if not self.card:
-            self.clock.seen(self.fed, now, n)
+            self.clock.seen(self.fed, now)
         return self.clock.time(self.fed - n)

@@ -129,7 +129,7 @@ class LocalLine:
             self._speaker_clock.restart()
             self._to_reference.clear()
             self._reference_position, self._reference_given = position, 0
-        self._speaker_clock.seen(position, monotonic(), frames)
+        self._speaker_clock.seen(position, monotonic())
         if len(self._latencies) < LATENCY_CALLBACKS:
             self._latencies.append(max(0.0, time.outputBufferDacTime - time.currentTime))
             self._latency = float(np.median(self._latencies))
