@@ -169,6 +169,29 @@ def test_where_the_far_end_starts_anew_the_filter_is_heard_again_once_it_has_fou
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
 
 
+def test_an_echo_one_sample_later_than_the_last_replys_moves_the_far_end_with_it():
+    """Between replies the echo's lag moves by a single sample (a client's queue started anew). Left one
+    sample out of line, the filter takes 10-15 dB off instead of 30, is doubted and learns the room again
+    (on recorded calls, the echo barged in first); the far end follows it instead, and the filter stays
+    heard."""
+    processing = AudioProcessing(echo=True, noise=None)
+    run(processing, LOUD_ROOM, reply_audio(30.0))
+    assert processing.linear.trusted
+    reply = reply_audio(36.0)[30 * RATE:]
+    speaker = Loudspeaker(LOUD_ROOM, CALLER_RMS, active_rms(reply))
+    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
+    told = np.concatenate([np.zeros(1, np.float32), speaker.played])  # the far end as the server places it
+    mics, outs, trusted = [], [], []
+    for at in range(0, len(reply) // FRAME * FRAME, FRAME):
+        mics.append(speaker.echo(at + FRAME, FRAME))
+        outs.append(processing.process(mics[-1], told[at:at + FRAME], 0 if at == 0 else None))
+        trusted.append(processing.linear.trusted)
+    assert all(trusted[100:])
+    mic, out = np.concatenate(mics), np.concatenate(outs)
+    late = slice(2 * RATE, len(out))
+    assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
+
+
 def test_a_caller_who_talks_over_a_replys_start_has_the_filter_heard_again_once_the_echo_is_found():
     """Held frames the caller talks over keep their voice, so the filter takes little off most of them; it is
     heard again all the same, and much of the caller through it (AEC3 alone, heard until then, keeps none of
