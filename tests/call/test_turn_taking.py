@@ -184,6 +184,23 @@ async def test_a_cough_shorter_than_a_barge_in_does_not_stop_the_reply():
     await call.close()
 
 
+@pytest.mark.parametrize("windows", [3, 8])
+async def test_the_end_of_an_utterance_says_how_much_of_it_was_speech(windows):
+    """Turn-taking tells the echo's residue, a few windows of speech as a reply begins, from the caller."""
+    from support.fake_call import run_stage
+
+    from voicepipe.pipeline.events import BargeIn, SpeechStopped
+    from voicepipe.turns.endpointer import WINDOW_MS
+
+    said = speech(windows) + [Boundary("audio", WINDOW * (windows + 1), np.zeros(WINDOW, np.float32), False),
+                              Boundary("stop", WINDOW * (windows + 20), speech_samples=WINDOW * windows)]
+    stage = VADStage(ScriptedEndpointer(TurnDetection("server_vad"), [said]))
+    down, _ = await run_stage(stage, [AudioIn(np.zeros(WINDOW, np.float32))])
+    stopped = [e for e in down if isinstance(e, SpeechStopped)]
+    assert [e.voiced_ms for e in stopped] == [windows * WINDOW_MS]
+    assert any(isinstance(e, BargeIn) for e in down) is (windows >= 4)
+
+
 @pytest.mark.parametrize("interrupt", [True, False])
 async def test_speech_over_the_reply_stops_its_audio_only_if_interruptions_are_on(interrupt):
     call = Call(reply=" ".join(f"Sentence number {n} is here." for n in range(8)))

@@ -94,7 +94,7 @@ def test_a_question_about_the_reply_brings_words_of_its_own_and_is_no_echo():
 
     own = OwnVoice()
     own.heard = True
-    own.played("Paris is the capital of France.", time.monotonic())
+    own.played("Paris is the capital of France.", time.monotonic() - 1.0, time.monotonic())
     assert not own.is_echo("What is the capital of France?", time.monotonic())
     assert own.is_echo("the capital of France", time.monotonic())
 
@@ -120,3 +120,29 @@ async def test_the_callers_repeat_of_the_reply_is_answered_once_it_ended_or_unle
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # the microphone does not hear the loudspeaker
     down, _ = await run_stage(stage(), [said, *repeat("item_1", now - 0.5)])
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # not yet known: the canceller alone
+
+
+async def test_a_sound_begun_over_the_reply_too_short_to_barge_in_is_never_answered():
+    """The echo's residue as a reply begins, heard by the VAD for a window or three, reaches the ASR as
+    "Thanks." or "I will."; a caller's own words over the reply are speech for far longer."""
+    import numpy as np
+
+    from voicepipe.pipeline.events import EchoPathJudged, Playout
+    from voicepipe.turns.vad_stage import BARGE_IN_MS
+
+    now = time.monotonic()
+    said = Playout(np.zeros(32000, np.int16), 16000, now - 0.5, "The capital of France is Paris.")
+
+    def utterance(item: str, voiced_ms: int) -> list:
+        return [SpeechStarted(item, 0, now), SpeechStopped(item, 900, now + 1, 100, voiced_ms=voiced_ms),
+                final(item, "Thanks.")]
+
+    taking = stage()
+    down, _ = await run_stage(taking, [EchoPathJudged(True), said, *utterance("item_1", BARGE_IN_MS - 32)])
+    assert not any(isinstance(v, TurnEnded) for v in verdicts(down)) and taking.echoes == 1
+    down, _ = await run_stage(stage(), [EchoPathJudged(True), said, *utterance("item_1", BARGE_IN_MS)])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # long enough to be the caller's
+    down, _ = await run_stage(stage(), [EchoPathJudged(False), said, *utterance("item_1", BARGE_IN_MS - 32)])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # the loudspeaker is not heard
+    down, _ = await run_stage(stage(), [EchoPathJudged(True), *utterance("item_1", BARGE_IN_MS - 32)])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # nothing was playing

@@ -107,7 +107,8 @@ class SpeechResumed(Event):
 class SpeechStopped(Event):
     """The end of the utterance is confirmed (enough silence, the LLM's verdict, a commit, or the length
     limit) at `at`; the caller stopped speaking at `speech_end` (their last voiced frame, or the commit
-    under manual turns), which every turn timing and deadline counts from."""
+    under manual turns), which every turn timing and deadline counts from. `voiced_ms`: how much of it the
+    VAD heard as speech (None where no VAD judged it)."""
 
     item_id: str
     audio_end_ms: int
@@ -115,6 +116,7 @@ class SpeechStopped(Event):
     speech_samples: int
     truncated: bool = False
     speech_end: float | None = None  # None: `at`
+    voiced_ms: int | None = None
 
     @property
     def voiced_end(self) -> float:

@@ -24,31 +24,42 @@ class OwnVoice:
     """The sentences the caller's loudspeaker played lately, and whether a transcript repeats them."""
 
     def __init__(self) -> None:
-        self._said: deque[tuple[float, str]] = deque()  # (when its audio ends, sentence)
+        self._said: deque[tuple[float, float, str]] = deque()  # (when its audio starts, and ends; sentence)
         # Whether the microphone hears the loudspeaker, once the audio front end has found out: until then the
         # canceller alone stands between the echo and the turns (a caller on headphones is not second-guessed).
         self.heard = False
 
-    def played(self, text: str, end: float) -> None:
-        if self._said and self._said[-1][1] == text:  # the same sentence's next chunk
-            self._said[-1] = (max(end, self._said[-1][0]), text)
+    def played(self, text: str, start: float, end: float) -> None:
+        if self._said and self._said[-1][2] == text:  # the same sentence's next chunk
+            first, last, _ = self._said[-1]
+            self._said[-1] = (min(start, first), max(end, last), text)
         elif text:
-            self._said.append((end, text))
+            self._said.append((start, end, text))
 
     def cut(self, at: float) -> None:
         """The caller's playback stopped at `at`: what was queued after it was never heard."""
-        self._said = deque((min(end, at), text) for end, text in self._said)
+        self._said = deque((start, min(end, at), text) for start, end, text in self._said if start < at)
+
+    def over(self, began: float) -> bool:
+        """Whether an utterance begun at `began` began over the assistant's voice, or its echo just after,
+        where the microphone hears the loudspeaker."""
+        self._forget(began)
+        return self.heard and any(start <= began for start, _, _ in self._said)
 
     def is_echo(self, transcript: str, began: float) -> bool:
         """Whether `transcript`, of an utterance begun at `began` (utterances begin in order), repeats
         sentences that were playing then."""
-        while self._said and self._said[0][0] + TAIL_S < began:
-            self._said.popleft()
+        self._forget(began)
         heard = words(transcript)
         if not heard or not self._said or not self.heard:
             return False
-        said = words(" ".join(text for _, text in self._said))
+        said = words(" ".join(text for _, _, text in self._said))
         return in_order(heard, said) >= len(heard) - len(heard) // MISS_EVERY
+
+    def _forget(self, began: float) -> None:
+        """Sentences whose echo had left the room before `began`."""
+        while self._said and self._said[0][1] + TAIL_S < began:
+            self._said.popleft()
 
 
 def in_order(heard: list[str], said: list[str]) -> int:

@@ -52,7 +52,7 @@ class VADStage(Stage):
         self.item_id = ""
         self._paused_at: float | None = None  # silence began after speech, and the utterance is not over yet
         self._quiet = False  # the caller fell silent (the engine was told to expect them) and has not spoken since
-        self._speech_ms = 0  # speech heard in the utterance so far, until it reaches BARGE_IN_MS
+        self._speech_ms = 0  # speech heard in the utterance so far
         self._voiced_at = 0.0  # when the utterance's last voiced window came in
         self._fed_at = 0.0  # when the previous audio came in
         self.idle = IdleWatch()
@@ -128,7 +128,8 @@ class VADStage(Stage):
             else:
                 self._paused_at, self._quiet = None, False
                 end = now if self.endpointer.settings.manual else self._voiced_at
-                self.emit(SpeechStopped(self.item_id, ms, now, found.speech_samples, found.truncated, end))
+                self.emit(SpeechStopped(self.item_id, ms, now, found.speech_samples, found.truncated, end,
+                                        self._speech_ms))
                 self.idle.quiet_from(ms)
                 if found.truncated:
                     limit = self.endpointer.max_utterance_s
@@ -138,8 +139,6 @@ class VADStage(Stage):
     def _heard_speech(self) -> None:
         """One more window of speech (the prefix padding counts as one): at BARGE_IN_MS, a barge-in."""
         settings = self.endpointer.settings
-        if self._speech_ms >= BARGE_IN_MS or settings.manual or not settings.interrupt_response:
-            return
         self._speech_ms += WINDOW_MS
-        if self._speech_ms >= BARGE_IN_MS:
+        if self._speech_ms == BARGE_IN_MS and not settings.manual and settings.interrupt_response:
             self.emit(BargeIn(self.item_id))
