@@ -43,8 +43,7 @@ class OwnVoice:
     def over(self, began: float) -> bool:
         """Whether an utterance begun at `began` began over the assistant's voice, or its echo just after,
         where the microphone hears the loudspeaker."""
-        self._forget(began)
-        return self.heard and any(start <= began for start, _, _ in self._said)
+        return self.heard and any(start <= began <= end + TAIL_S for start, end, _ in self._said)
 
     def is_echo(self, transcript: str, began: float) -> bool:
         """Whether `transcript`, of an utterance begun at `began` (utterances begin in order), repeats
