@@ -171,6 +171,12 @@ def word_errors(said: str, heard: str) -> tuple[int, int]:
     return row[-1], len(a)
 
 
+def heard_as(said: str, transcript: str) -> bool:
+    """Whether `transcript` is `said`, but for at most a third of its words."""
+    e, n = word_errors(said, transcript)
+    return e <= n // 3
+
+
 def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     """A call's figures from what its caller heard and said (a websocket's caller or `talk`'s listener)."""
     spoken = h.spoken
@@ -184,13 +190,16 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     began = {e["item_id"]: e["audio_start_ms"] * RATE // 1000 for _, e in h.events
              if e["type"] == "input_audio_buffer.speech_started" and "audio_start_ms" in e}
 
-    def phantom(at: int, item_id: str | None) -> bool:
+    def phantom(at: int, item_id: str | None, text: str) -> bool:
         """Whether an utterance began while the caller was silent (the VAD's start, with its padding, at most
-        half a second before their first word and no later than their last); where the start is not told,
-        whether its transcript came more than 3 s after the caller's last word. (Counted where it has words:
-        one of none is no turn.)"""
+        half a second before their first word and no later than their last) and is not their words (begun
+        on the echo's tail, an utterance may run on into the question that follows, and be heard as it);
+        where the start is not told, whether its transcript came more than 3 s after the caller's last
+        word. (Counted where it has words: one of none is no turn.)"""
         if item_id in began:
-            return not any(s[0] - RATE // 2 <= began[item_id] <= s[1] for s in spoken)
+            start = began[item_id]
+            return not any(s[0] - RATE // 2 <= start <= s[1] or start <= s[0] <= at and heard_as(s[2], text)
+                           for s in spoken)
         return speaking(at, 3 * RATE) is None
 
     cleared = [at for at, e in h.events if e["type"] == "output_audio_buffer.cleared"]
@@ -201,7 +210,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         said = " ".join(t for at, t, _ in transcripts if start <= at <= end + 3 * RATE)
         e, n = word_errors(text, said)
         errors, total = errors + min(e, n), total + n
-        heard += e <= n // 3
+        heard += heard_as(text, said)
     caught = [next((c - o for c in cleared if o <= c <= o + 2 * RATE), None) for o in onsets]
     ttfa = []
     for _, end, _ in spoken:
@@ -211,7 +220,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     cpu = front_end_cpu(h) if h.far else None
     false = [c for c in cleared if speaking(c, RATE // 2) is None]
     phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text}
-                for at, text, item_id in transcripts if words(text) and phantom(at, item_id)]
+                for at, text, item_id in transcripts if words(text) and phantom(at, item_id, text)]
     return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
             "word_error": errors / max(1, total), "word_errors": errors, "words": total,
             "replies": sum(1 for _, e in h.events if e["type"] == "response.created"),
