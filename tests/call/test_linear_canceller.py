@@ -1,31 +1,14 @@
 """The linear canceller beside AEC3 (frontend/linear_stage.py): once it has learnt a room, a caller talking
 over a loud echo reaches the VAD whole; until then, and when the room changes, AEC3's output is heard."""
 
-from pathlib import Path
-
 import numpy as np
+from support.echo_rooms import CALLER_RMS, VOICE, reply_audio
 
-from voicepipe.audio import read_audio
 from voicepipe.bench.room import Room, active_rms
 from voicepipe.bench.speakerphone import Loudspeaker
 from voicepipe.frontend import linear_stage
 from voicepipe.frontend.linear_stage import LinearStage
 from voicepipe.frontend.processing import FRAME, RATE, AudioProcessing
-
-VOICE = read_audio(Path(__file__).parents[2] / "voicepipe" / "samples" / "question.wav", RATE)
-CALLER_RMS = 0.05
-
-
-def reply_audio(seconds: float) -> np.ndarray:
-    """A long reply in a voice unlike the caller's: the sample backwards, each repeat at another pitch (a
-    loop of one clip is periodic, and a periodic far end is no test of a canceller's delay)."""
-    from voicepipe.audio import resample
-
-    parts, n = [], 0
-    while sum(map(len, parts)) < seconds * RATE:
-        parts += [resample(VOICE[::-1], RATE, int(RATE * (0.8 + 0.07 * (n % 6)))), np.zeros(RATE // 5, np.float32)]
-        n += 1
-    return np.concatenate(parts)[:int(seconds * RATE)] * np.float32(0.5)
 
 
 def run(processing: AudioProcessing, room: Room, reply: np.ndarray, caller_at: int | None = None

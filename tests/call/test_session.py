@@ -149,3 +149,30 @@ async def test_a_key_press_is_told_back_and_a_key_the_keypad_has_not_is_refused(
         received = await client.until(ServerEvent.KEY_RECEIVED)
         assert received["event"] == "5" and isinstance(received["received_at"], int)
         assert (await client.until(ServerEvent.ERROR))["error"]["param"] == "digit"
+
+
+async def test_a_call_told_to_record_its_front_end_writes_what_it_was_given_when_it_ends(tmp_path):
+    """`serve --record-front-end`: the microphone as the front end got it, beside its far end, for a replay."""
+    import numpy as np
+
+    from voicepipe.frontend.recording import load
+    from voicepipe.pipeline import CallConfig
+
+    engine = FakeEngine(FakeTokenizer(), {QUESTION: REPLY}, asr=FakeASR(""), tts=FakeTTS())
+    runtime = Runtime(engine, engine.tokenizer, "fake-model", 16000, 16000)
+    client = QueueTransport()
+    folder = tmp_path / "calls"
+    call = Session(native(client, Limits()), runtime, Limits(), CallConfig(record_front_end=str(folder)))
+    served = asyncio.create_task(call.run())
+    await client.until("session.created")
+    sent = (np.sin(np.arange(8000) / 7) * 3000).astype("<i2")
+    client.put(sent[:4000].tobytes(), sent[4000:].tobytes())
+    for _ in range(100):
+        if call.front.recording is not None and call.front.recording.samples >= len(sent):
+            break
+        await asyncio.sleep(0.01)
+    client.leave()
+    await asyncio.wait_for(served, 5)
+    near, far, restarts, echo, noise = load(folder / f"{call.id}.npz")
+    assert np.allclose(near, sent / 32768.0, atol=1e-4) and len(far) == len(sent) and not far.any()
+    assert (restarts, echo, noise) == ([], True, "near_field")

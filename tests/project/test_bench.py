@@ -141,7 +141,7 @@ def test_bench_room_counts_an_utterance_begun_after_the_callers_last_word_as_a_p
     assert (call["phantom_at"][0]["transcript"], call["phantom_at"][0]["at_s"]) == ("Thank you.", 2.44)
     # begun on the echo's tail, 0.8 s before the next question, and run on into it: the caller's words
     heard.spoken.append((5 * RATE, 6 * RATE, "How many days are in a week?"))
-    heard.events += utterance("d", 4200, 6.8, "How many days are we that week?")
+    heard.events += utterance("d", 4200, 6.8, "That's that. How many days are we on week?")
     assert figures(heard, [], front=True)["phantom_transcripts"] == 1
     heard.events += utterance("e", 4200, 6.9, "Goodbye.")
     assert figures(heard, [], front=True)["phantom_transcripts"] == 2

@@ -17,6 +17,7 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import websockets
@@ -33,6 +34,7 @@ from voicepipe.call.runtime import Runtime
 from voicepipe.frontend.processing import AudioProcessing
 from voicepipe.pipeline import CallConfig
 from voicepipe.server import VoiceServer
+from voicepipe.turns.own_voice import in_order
 
 QUESTIONS = ["What is the capital of Italy?", "How many legs does a spider have?", "What colour is the sky?",
              "What do bees make?", "How many days are in a week?", "What is the capital of Japan?"]
@@ -128,7 +130,9 @@ class SpeakerphoneCaller:
 
 
 async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.ndarray], interruption: np.ndarray,
-                   reply_rms: float, voices: list[np.ndarray]) -> dict:
+                   reply_rms: float, voices: list[np.ndarray], record: Path | None = None) -> dict:
+    """One call's figures; with `record`, the caller's script (when they spoke and interrupted, and the
+    figures) is written there as `<call id>.json`, beside the server's recording of the call."""
     async with websockets.connect(url, max_size=None) as ws:
         caller = SpeakerphoneCaller(ws, case, reply_rms, voices)
         tasks = [asyncio.create_task(caller.microphone()), asyncio.create_task(caller.read())]
@@ -153,7 +157,13 @@ async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.nda
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    return figures(caller.heard, onsets, front)
+    result = figures(caller.heard, onsets, front)
+    if record is not None:
+        call = next(e["session"]["id"] for _, e in caller.heard.events if e["type"] == "session.created")
+        script = {"room": case.name, "front": front, "spoken": caller.heard.spoken, "onsets": onsets,
+                  "figures": result}
+        (record / f"{call}.json").write_text(json.dumps(script))
+    return result
 
 
 def words(text: str) -> list[str]:
@@ -177,6 +187,12 @@ def heard_as(said: str, transcript: str) -> bool:
     return e <= n // 3
 
 
+def holds(transcript: str, said: str) -> bool:
+    """Whether `transcript` holds `said`, but for at most a third of its words, among words of its own."""
+    expected = words(said)
+    return in_order(expected, words(transcript)) >= len(expected) - len(expected) // 3
+
+
 def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     """A call's figures from what its caller heard and said (a websocket's caller or `talk`'s listener)."""
     spoken = h.spoken
@@ -198,7 +214,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         word. (Counted where it has words: one of none is no turn.)"""
         if item_id in began:
             start = began[item_id]
-            return not any(s[0] - RATE // 2 <= start <= s[1] or start <= s[0] <= at and heard_as(s[2], text)
+            return not any(s[0] - RATE // 2 <= start <= s[1] or start <= s[0] <= at and holds(text, s[2])
                            for s in spoken)
         return speaking(at, 3 * RATE) is None
 
@@ -275,19 +291,25 @@ def front_end_cpu(h: Heard) -> float:
 
 
 async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_sentences: list[np.ndarray],
-                     tries: int, calls: int = 1, fronts: tuple[bool, ...] = (True, False)) -> dict:
+                     tries: int, calls: int = 1, fronts: tuple[bool, ...] = (True, False),
+                     record: Path | None = None) -> dict:
+    """The calls of each room and front-end setting, then the interruption tries; with `record`, each call's
+    recording (the server's) and script (the caller's) are written there, for `bench replay`."""
     questions = [espeak_audio("en-us", q) for q in QUESTIONS]
     interruption = espeak_audio("en-us", INTERRUPTION)
     voices = [espeak_audio(v, s) for v in ("en-gb", "en+f3", "en-us") for s in BABBLE]
     reply_rms = active_rms(np.concatenate(reply_sentences))
-    server = VoiceServer(runtime, Limits(max_calls=1), call_config=CallConfig())
+    if record is not None:
+        record.mkdir(parents=True, exist_ok=True)
+    config = CallConfig(record_front_end=None if record is None else str(record))
+    server = VoiceServer(runtime, Limits(max_calls=1), call_config=config)
     await server.start("127.0.0.1", 0)
     report: dict = {"cases": {}}
     try:
         url = f"ws://127.0.0.1:{server.port}/ws"
         for case in cases:
             for front in fronts:
-                results = [await run_case(url, case, front, questions, interruption, reply_rms, voices)
+                results = [await run_case(url, case, front, questions, interruption, reply_rms, voices, record)
                            for _ in range(calls)]
                 report["cases"].setdefault(case.name, {})["on" if front else "off"] = merged(results)
     finally:

@@ -5,6 +5,7 @@ import copy
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from scheduler import KNOBS
@@ -19,6 +20,7 @@ from voicepipe.call.transport import Inbound, Transport
 from voicepipe.constrained import grammars, tools
 from voicepipe.constrained.grammars import FieldRefused
 from voicepipe.constrained.tools import Tool
+from voicepipe.frontend.recording import FrontEndRecording
 from voicepipe.frontend.stage import AudioFrontEnd
 from voicepipe.ids import new_id
 from voicepipe.mcp_servers import McpPolicy, Toolbox
@@ -69,6 +71,8 @@ class Session:
             front.config = self.config
             front.configure()
         self.front = front or AudioFrontEnd(self.config)
+        if self.config.record_front_end:
+            self.front.recording = FrontEndRecording()
         self.mcp = mcp or runtime.mcp  # the MCP servers this call may use (a phone line adds its keypad)
         self.toolbox = Toolbox(self.mcp)
         self.pipeline = build_pipeline(runtime, self.id, self.config, self.conversation, self.send, self.describe,
@@ -99,7 +103,21 @@ class Session:
             await asyncio.gather(stats, return_exceptions=True)
             await self.toolbox.close()
             self.runtime.engine.release_session(self.id)
+            await self._save_recording()
             log.info("call %s ended", self.id)
+
+    async def _save_recording(self) -> None:
+        """The front end's recording, where kept, as `<call id>.npz` in its folder (off the event loop: a
+        call of minutes compresses for a second)."""
+        recording, folder = self.front.recording, self.config.record_front_end
+        if recording is None or not folder:
+            return
+        path = Path(folder) / f"{self.id}.npz"
+        try:
+            await asyncio.to_thread(recording.save, path, self.config.echo_cancellation,
+                                    self.config.noise_reduction)
+        except OSError as e:
+            log.warning("call %s: could not write its recording to %s: %s", self.id, path, e)
 
     async def _receive(self) -> None:
         while True:

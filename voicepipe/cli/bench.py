@@ -5,6 +5,7 @@ decoding); `bench soak` (everything at once, hostile clients too, for N minutes)
 import argparse
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scheduler.policies import call_policies
@@ -142,6 +143,25 @@ def run_decode_bench(args: argparse.Namespace) -> int:
         result = profile_decode(model, tokenizer, precision, batch, args.context)
         print_profile(result)
         report["profiles"].append(result)
+    if args.json:
+        save(report, args.json)
+    return 0
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", type=Path, help="recordings of calls (`serve --record-front-end`, `bench room "
+                        "--record`)")
+    add_json_argument(parser)
+
+
+def run_replay_bench(args: argparse.Namespace) -> int:
+    from voicepipe.bench.replay import print_replay, replay_folder
+
+    if not args.folder.is_dir():
+        print(f"voicepipe: {args.folder} is not a folder", file=sys.stderr)
+        return 2
+    report = replay_folder(args.folder)
+    print_replay(report)
     if args.json:
         save(report, args.json)
     return 0
@@ -286,6 +306,8 @@ def add_room_arguments(parser: argparse.ArgumentParser) -> None:
                         "their figures are summed, false barge-ins also per 100 replies")
     parser.add_argument("--front", choices=("both", "on", "off"), default="both",
                         help="the calls with the audio front end on, off, or both (default)")
+    parser.add_argument("--record", type=Path, metavar="DIR", help="write each call's recording (the server's "
+                        "microphone and far end) and script (the caller's) to DIR, for `bench replay`")
     add_json_argument(parser)
     add_llm_model_arguments(parser)
 
@@ -310,8 +332,8 @@ def run_room_bench(args: argparse.Namespace) -> int:
             print_barge_in(report["barge_in"])
 
     fronts = {"both": (True, False), "on": (True,), "off": (False,)}[args.front]
-    return run_on_spawned(args, lambda runtime: bench_room(runtime, cases, sentences, args.tries, args.calls, fronts),
-                          show)
+    return run_on_spawned(args, lambda runtime: bench_room(runtime, cases, sentences, args.tries, args.calls, fronts,
+                                                           args.record), show)
 
 
 def add_talk_arguments(parser: argparse.ArgumentParser) -> None:
@@ -425,6 +447,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                                       "thread and in its own process"),
         (add_room_arguments, "room", "a speakerphone caller in synthetic rooms (echo, noise), the audio front end "
                                      "on and off"),
+        (add_replay_arguments, "replay", "recorded calls run again through the audio front end and the VAD: "
+                                         "each utterance, its speech, its barge-in, and whose it was"),
         (add_talk_arguments, "talk", "`talk`'s call on a sound server of its own, its speaker heard by its microphone "
                                      "through synthetic rooms"),
         (add_tools_arguments, "tools", "tools the server runs on the sample MCP server, spoken to in real time: "
@@ -445,6 +469,6 @@ def run_bench(args: argparse.Namespace) -> int:
     runs = {"engine": run_engine_bench, "calls": run_calls_bench, "mixed": run_mixed_bench,
             "threads": run_threads_bench, "ipc": run_ipc_bench, "convoy": run_convoy_bench,
             "turns": run_turns_bench, "grammar": run_grammar_bench, "soak": run_soak_bench,
-            "decode": run_decode_bench, "room": run_room_bench, "talk": run_talk_bench, "tools": run_tools_bench,
-            "phone": run_phone_bench}
+            "decode": run_decode_bench, "room": run_room_bench, "replay": run_replay_bench, "talk": run_talk_bench,
+            "tools": run_tools_bench, "phone": run_phone_bench}
     return runs[args.bench](args)

@@ -39,6 +39,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--noise-reduction", type=flag_type("noise_reduction"), metavar="off|near_field|far_field",
                         help="each call's noise suppressor, as audio.input.noise_reduction names it (default: "
                              "near_field)")
+    parser.add_argument("--record-front-end", type=flag_type("record_front_end"), metavar="DIR",
+                        help="write each call's microphone and far end, as its audio front end was given them, "
+                             "to DIR/<call id>.npz when it ends, to replay with `voicepipe bench replay`")
     parser.add_argument("--max-batch-tokens", type=flag_type("max_batch_tokens"), metavar="N",
                         help=f"the engine's token budget per step, at start (default: {DEFAULTS.max_batch_tokens})")
     parser.add_argument("--max-batch-seqs", type=flag_type("max_batch_seqs"), metavar="N",

@@ -13,6 +13,7 @@ import numpy as np
 
 from voicepipe.audio import resample
 from voicepipe.frontend.processing import AudioProcessing
+from voicepipe.frontend.recording import FrontEndRecording
 from voicepipe.frontend.reference import RATE, FarEnd, NearEnd
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.events import AudioIn, EchoPathJudged, Event, Feedback, Playout, PlayoutCut
@@ -54,6 +55,7 @@ class AudioFrontEnd:
         self.far, self.near = FarEnd(), NearEnd()
         self.processing = AudioProcessing(config.echo_cancellation, config.noise_reduction)
         self.echo = EchoReport()
+        self.recording: FrontEndRecording | None = None  # what the processing is given, kept for a replay
 
     def clean(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The cleaned audio for `samples`, and where the suppressor ran, the same audio before it."""
@@ -66,6 +68,8 @@ class AudioFrontEnd:
         far = self.far.read(start, len(samples)) if live else np.zeros(len(samples), np.float32)
         # (a sound card's far end is what it played, one stream on its own clock: it never starts anew)
         restart = self.far.started(start, len(samples)) if live and not self.own_far_end else None
+        if self.recording is not None:
+            self.recording.add(samples, far, restart)
         out = self.processing.process(samples, far, restart)
         unsuppressed = self.processing.unsuppressed
         if self.processing.echo and np.any(far):  # the canceller's own figure, whatever the suppressor took

@@ -47,6 +47,9 @@ class CallConfig:
     # the ASR hears (the VAD judges the audio before it: docs/audio-front-end.md).
     echo_cancellation: bool = True
     noise_reduction: str | None = "near_field"
+    # A folder each call's microphone and far end are written to as the front end was given them, when the
+    # call ends, to be replayed (`voicepipe bench replay`); None: not kept.
+    record_front_end: str | None = None
     # The oldest messages are dropped once the prompt would grow past this, down to `retention_ratio` of it
     # (the session's `truncation`: below 1, the turns after a cut reuse the prefix the KV cache holds).
     max_prompt_tokens: int = 2048

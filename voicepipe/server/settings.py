@@ -67,6 +67,7 @@ class ServeSettings:
     temperature: float = 0.0
     echo_cancellation: bool = True  # each call's default; a client with its own canceller turns it off
     noise_reduction: str = "near_field"  # off, near_field or far_field: each call's default
+    record_front_end: str | None = None  # a folder each call's microphone and far end are written to
     drain_s: float = 30.0  # after SIGTERM, how long running replies may take to finish
     # MCP servers calls may use: LABEL=URL or LABEL=stdio:COMMAND (named by label alone), the URL prefixes a
     # session may name itself, and how long one tool call may take.
@@ -106,7 +107,8 @@ class ServeSettings:
 
         return CallConfig(instructions=self.instructions, ttfa_s=self.ttfa_deadline, max_tokens=self.max_tokens,
                           temperature=self.temperature, echo_cancellation=self.echo_cancellation,
-                          noise_reduction=None if self.noise_reduction == "off" else self.noise_reduction)
+                          noise_reduction=None if self.noise_reduction == "off" else self.noise_reduction,
+                          record_front_end=self.record_front_end)
 
     def security(self) -> Security:
         """Who may use the server: the key, the other origins allowed, and (on a loopback bind) the check
@@ -272,7 +274,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "mcp_allow_urls": _origins, "mcp_timeout": _positive, "sip": _host_port, "sip_allow": _networks,
     "sip_user": _not_empty, "sip_password": _not_empty, "sip_advertise": _address, "sip_rtp_ports": _port_range,
     "sip_register": _registration, "sip_webhook": _url, "sip_webhook_secret": _not_empty,
-    "noise_reduction": _one_of(("off", "near_field", "far_field")),
+    "noise_reduction": _one_of(("off", "near_field", "far_field")), "record_front_end": _not_empty,
     "policy": _one_of(call_policies()), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
 }
