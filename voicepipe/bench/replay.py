@@ -87,7 +87,7 @@ def judged(utterances: list[Utterance], script: dict) -> dict:
 def replay_folder(folder: Path) -> dict:
     """Every recording in `folder`, replayed; judged where its script lies beside it."""
     calls = []
-    for path in sorted(folder.glob("*.npz")):
+    for path in sorted(p for p in folder.glob("*.npz") if not p.name.endswith(".part.npz")):
         near, far, restarts, echo, noise = load(path)
         utterances = replay(near, far, restarts, echo, noise)
         call = {"call": path.stem, "seconds": round(len(near) / RATE, 1),

@@ -3,6 +3,7 @@
 import asyncio
 import copy
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -103,21 +104,26 @@ class Session:
             await asyncio.gather(stats, return_exceptions=True)
             await self.toolbox.close()
             self.runtime.engine.release_session(self.id)
-            await self._save_recording()
+            self._save_recording()
             log.info("call %s ended", self.id)
 
-    async def _save_recording(self) -> None:
-        """The front end's recording, where kept, as `<call id>.npz` in its folder (off the event loop: a
-        call of minutes compresses for a second)."""
+    def _save_recording(self) -> None:
+        """The front end's recording, where kept, as `<call id>.npz` in its folder: written on a thread of
+        its own (a call of minutes compresses for a second or more), so the call's slot is free at once and
+        the next caller is not refused meanwhile; the process waits for the thread before it exits."""
         recording, folder = self.front.recording, self.config.record_front_end
-        if recording is None or not folder:
+        if recording is None or not folder or not recording.samples:  # (a front end off records nothing)
             return
         path = Path(folder) / f"{self.id}.npz"
-        try:
-            await asyncio.to_thread(recording.save, path, self.config.echo_cancellation,
-                                    self.config.noise_reduction)
-        except OSError as e:
-            log.warning("call %s: could not write its recording to %s: %s", self.id, path, e)
+        echo, noise = self.config.echo_cancellation, self.config.noise_reduction
+
+        def save() -> None:
+            try:
+                recording.save(path, echo, noise)
+            except OSError as e:
+                log.warning("call %s: could not write its recording to %s: %s", self.id, path, e)
+
+        threading.Thread(target=save, name=f"record-{self.id}").start()
 
     async def _receive(self) -> None:
         while True:

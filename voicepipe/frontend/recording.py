@@ -43,9 +43,11 @@ class FrontEndRecording:
         """Written with the front end's settings (`echo`, `noise`) as the call ended."""
         path.parent.mkdir(parents=True, exist_ok=True)
         empty = np.zeros(0, np.float32)
-        np.savez_compressed(path, near=np.concatenate(self._near) if self._near else empty,
+        part = path.with_name(path.stem + ".part.npz")  # (a replay never reads one half written)
+        np.savez_compressed(part, near=np.concatenate(self._near) if self._near else empty,
                             far=np.concatenate(self._far) if self._far else empty,
                             restarts=np.array(self._restarts, np.int64), echo=echo, noise=noise or "")
+        part.replace(path)
 
 
 def load(path: Path) -> tuple[np.ndarray, np.ndarray, list[int], bool, str | None]:
