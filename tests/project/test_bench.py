@@ -137,8 +137,10 @@ def test_bench_room_counts_an_utterance_begun_after_the_callers_last_word_as_a_p
     assert figures(heard, [], front=True)["phantom_transcripts"] == 0
     heard.events += utterance("b", 2440, 3.5, "Thank you.")
     call = figures(heard, [], front=True)
-    assert call["phantom_transcripts"] == 1
+    assert call["phantom_transcripts"] == 1 and call["replies_to_own_voice"] == 0  # transcribed, not answered
     assert (call["phantom_at"][0]["transcript"], call["phantom_at"][0]["at_s"]) == ("Thank you.", 2.44)
+    heard.events.append((int(3.9 * RATE), {"type": "response.created"}))  # a reply to it
+    assert figures(heard, [], front=True)["replies_to_own_voice"] == 1
     # begun on the echo's tail, 0.8 s before the next question, and run on into it: the caller's words
     heard.spoken.append((5 * RATE, 6 * RATE, "How many days are in a week?"))
     heard.events += utterance("d", 4200, 6.8, "That's that. How many days are we on week?")

@@ -235,13 +235,21 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
             ttfa.append((first - end) / RATE)
     cpu = front_end_cpu(h) if h.far else None
     false = [c for c in cleared if speaking(c, RATE // 2) is None]
-    phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text}
+    created = [at for at, e in h.events if e["type"] == "response.created"]
+
+    def answered(at: int) -> bool:
+        """Whether a reply began after a transcript that came at `at`, before the caller next spoke."""
+        after = min((s[0] for s in spoken if s[0] > at), default=None)
+        return any(at <= c and (after is None or c < after) for c in created)
+
+    phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text, "answered": answered(at)}
                 for at, text, item_id in transcripts if words(text) and phantom(at, item_id, text)]
     return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
             "word_error": errors / max(1, total), "word_errors": errors, "words": total,
             "replies": sum(1 for _, e in h.events if e["type"] == "response.created"),
             "false_barge_ins": len(false), "false_barge_in_at": [placed(h, at) for at in false],
             "phantom_transcripts": len(phantoms), "phantom_at": phantoms,
+            "replies_to_own_voice": sum(1 for p in phantoms if p["answered"]),
             "speech_started_while_silent": sum(1 for s in starts if speaking(s, 0) is None),
             "interruptions_caught_300ms": sum(1 for c in caught if c is not None and c <= 0.3 * RATE),
             "interruptions": len(onsets),
@@ -268,7 +276,8 @@ def merged(calls: list[dict]) -> dict:
     over every reply, false barge-ins per 100 replies; each call's own figures under "calls"."""
     total = {key: sum(c[key] for c in calls) for key in (
         "questions", "heard", "utterances", "word_errors", "words", "replies", "false_barge_ins",
-        "phantom_transcripts", "speech_started_while_silent", "interruptions_caught_300ms", "interruptions")}
+        "replies_to_own_voice", "phantom_transcripts", "speech_started_while_silent", "interruptions_caught_300ms",
+        "interruptions")}
     ttfa = [t for c in calls for t in c["first_audio_s"]]
     cpu = [c["front_end_cpu_ms_per_s"] for c in calls if c["front_end_cpu_ms_per_s"] is not None]
     return {**total, "word_error": total["word_errors"] / max(1, total["words"]),
@@ -345,7 +354,7 @@ def print_barge_in(report: dict) -> None:
 
 def print_room(report: dict) -> None:
     print(f"{'room':34} {'front end':9} {'heard':>7} {'WER':>5} {'replies':>8} {'false b-i':>9} {'per 100':>7} "
-          f"{'phantom':>7} {'interrupt':>9} {'first audio':>11} {'CPU ms/s':>8}")
+          f"{'phantom':>7} {'answered':>8} {'interrupt':>9} {'first audio':>11} {'CPU ms/s':>8}")
     for name, runs in report["cases"].items():
         for which, r in runs.items():
             fa = "-" if r["first_audio_p50_s"] is None else f"{r['first_audio_p50_s']:.2f} s"
@@ -353,7 +362,8 @@ def print_room(report: dict) -> None:
             per_100 = 100 * r["false_barge_ins"] / max(1, r["replies"])
             print(f"{name:34} {which:9} {r['heard']:>3}/{r['questions']:<3} {r['word_error']:5.2f} "
                   f"{r['replies']:>4}/{r['utterances']:<3} {r['false_barge_ins']:>9} {per_100:>7.1f} "
-                  f"{r['phantom_transcripts']:>7} {r['interruptions_caught_300ms']:>7}/{r['interruptions']:<1} "
+                  f"{r['phantom_transcripts']:>7} {r['replies_to_own_voice']:>8} "
+                  f"{r['interruptions_caught_300ms']:>7}/{r['interruptions']:<1} "
                   f"{fa:>11} {cpu:>8}")
     for name, runs in report["cases"].items():
         for which, r in runs.items():
@@ -361,6 +371,7 @@ def print_room(report: dict) -> None:
                 for f in r[key]:
                     into = "-" if f["into_reply_audio_s"] is None else f"{f['into_reply_audio_s']:.2f} s"
                     heard = f' "{f["transcript"]}"' if "transcript" in f else ""
+                    heard += "" if "answered" not in f else " (answered)" if f["answered"] else " (not answered)"
                     print(f"{what}{heard}, {name} ({which}): {f['at_s']:.1f} s into the call, reply {f['reply']}, "
                           f"{into} into its audio; the call heard {f['canceller']}'s output "
                           f"({f['echo_return_loss_enhancement_db']} dB of echo removed)")
