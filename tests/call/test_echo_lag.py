@@ -1,28 +1,17 @@
 """The echo's lag to a fraction of a sample (frontend/echo_lag.py): the linear filter's far end must sit
 where the echo is to within a sample, and a lag between two samples must not pass for either."""
 
-from pathlib import Path
-
 import numpy as np
+from support.echo_rooms import VOICE, delayed
 
-from voicepipe.audio import read_audio
 from voicepipe.frontend.echo_lag import EchoLag, peak_offset
-from voicepipe.frontend.processing import FRAME, RATE
-
-VOICE = read_audio(Path(__file__).parents[2] / "voicepipe" / "samples" / "question.wav", RATE)
-
-
-def delayed(audio: np.ndarray, samples: float) -> np.ndarray:
-    """`audio` later by `samples`, a fraction included (a phase shift in the spectrum)."""
-    size = 1 << int(np.ceil(np.log2(len(audio) + int(samples) + 1)))
-    spectrum = np.fft.rfft(audio, size) * np.exp(-2j * np.pi * np.fft.rfftfreq(size) * samples)
-    return np.fft.irfft(spectrum, size)[:len(audio)].astype(np.float32)
+from voicepipe.frontend.processing import FRAME
 
 
 def estimates(lag: float) -> list[float]:
     far = np.concatenate([VOICE, VOICE[::-1]])
     near = 0.5 * delayed(far, lag) + np.random.default_rng(0).normal(0, 1e-4, len(far)).astype(np.float32)
-    estimator, found = EchoLag(RATE, FRAME), []
+    estimator, found = EchoLag(16000, FRAME), []
     for at in range(0, len(far) // FRAME * FRAME, FRAME):
         estimate = estimator.add(near[at:at + FRAME], far[at:at + FRAME])
         if estimate is not None:

@@ -175,6 +175,22 @@ def test_an_echo_one_sample_later_than_the_last_replys_moves_the_far_end_with_it
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
 
 
+def test_an_echo_between_two_samples_that_moves_by_one_moves_the_far_end_with_it():
+    """An echo 0.55 samples past a whole one (two clocks), one sample later in the next reply: the far end
+    moves from where it was aligned, not from the whole sample nearest (1920 here), which the move leaves
+    only 0.55 away."""
+    stage = LinearStage(RATE, FRAME)
+    for lag in (1919.55, 1919.55):  # two estimates agreeing align the filter
+        stage._follow(lag)
+    aligned = stage.delay_frames
+    for lag in (1920.55, 1920.55):
+        stage._follow(lag)
+    assert round((stage.delay_frames - aligned) * FRAME) == 1
+    for lag in (1920.9, 1920.2):  # an estimate's wander within a sample moves nothing
+        stage._follow(lag)
+    assert round((stage.delay_frames - aligned) * FRAME) == 1
+
+
 def test_a_caller_who_talks_over_a_replys_start_has_the_filter_heard_again_once_the_echo_is_found():
     """Held frames the caller talks over keep their voice, so the filter takes little off most of them; it is
     heard again all the same, and much of the caller through it (AEC3 alone, heard until then, keeps none of

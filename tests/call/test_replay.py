@@ -30,8 +30,8 @@ def recorded_call(folder, name: str, echo: bool) -> None:
         if INTERRUPTION_AT <= at < INTERRUPTION_AT + len(caller):
             part = caller[at - INTERRUPTION_AT:][:PIECE]
             mic[:len(part)] += part
-        recording.add(mic, speaker.played[at:at + PIECE], 0 if at == 0 else None)
-    recording.save(folder / f"{name}.npz", echo=echo, noise=None)
+        recording.add(mic, speaker.played[at:at + PIECE], 0 if at == 0 else None, echo, None)
+    recording.save(folder / f"{name}.npz")
     script = {"room": "echo 10 dB under the caller", "onsets": [SPOKEN_AT],
               "spoken": [[SPOKEN_AT, INTERRUPTION_AT + len(caller), "What is the capital of Italy?"]]}
     (folder / f"{name}.json").write_text(json.dumps(script))
@@ -55,3 +55,19 @@ def test_utterances_are_the_callers_the_echos_or_sounds_too_short_to_barge_in():
     script = {"spoken": [[16 * RATE, 18 * RATE, "What is the capital of Italy?"]], "onsets": [16 * RATE]}
     assert judged(utterances, script) == {"false_barge_ins": [5.2], "sounds": [(7.0, 2)],
                                           "interruption_stop_s": [0.2]}
+
+
+def test_a_recording_keeps_the_settings_as_they_changed_and_the_audio_while_the_front_end_was_off(tmp_path):
+    """A page that turns the server's canceller off and on again mid-call: the replay follows it, and the
+    audio of the time between is there, so the caller's script still lines up."""
+    from voicepipe.frontend.recording import load
+
+    recording = FrontEndRecording()
+    piece = np.full(PIECE, 0.01, np.float32)
+    for n, (echo, noise) in enumerate([(True, "near_field")] * 3 + [(False, None)] * 2 + [(True, "near_field")]):
+        recording.add(piece, np.zeros(PIECE, np.float32), 5 if n == 1 else None, echo, noise)
+    recording.save(tmp_path / "call.npz")
+    near, far, restarts, settings = load(tmp_path / "call.npz")
+    assert len(near) == 6 * PIECE and restarts == [PIECE + 5]
+    assert settings == [(0, True, "near_field"), (3 * PIECE, False, None), (5 * PIECE, True, "near_field")]
+    assert not list(tmp_path.glob("*.part.npz"))

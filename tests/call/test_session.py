@@ -177,6 +177,6 @@ async def test_a_call_told_to_record_its_front_end_writes_what_it_was_given_when
         if (folder / f"{call.id}.npz").exists():
             break
         await asyncio.sleep(0.02)
-    near, far, restarts, echo, noise = load(folder / f"{call.id}.npz")
+    near, far, restarts, settings = load(folder / f"{call.id}.npz")
     assert np.allclose(near, sent / 32768.0, atol=1e-4) and len(far) == len(sent) and not far.any()
-    assert (restarts, echo, noise) == ([], True, "near_field")
+    assert (restarts, settings) == ([], [(0, True, "near_field")])

@@ -146,3 +146,28 @@ async def test_a_sound_begun_over_the_reply_too_short_to_barge_in_is_never_answe
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # the loudspeaker is not heard
     down, _ = await run_stage(stage(), [EchoPathJudged(True), *utterance("item_1", BARGE_IN_MS - 32)])
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # nothing was playing
+    manual = stage(turn_detection=TurnDetection(None))
+    down, _ = await run_stage(manual, [EchoPathJudged(True), said, *utterance("item_1", BARGE_IN_MS - 32)])
+    assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # committed by the client: its own to judge
+
+
+async def test_a_sound_over_the_reply_begins_no_reply_ahead_at_its_pause():
+    """Judged at the pause as at the end: its early transcript neither begins a reply ahead (which would take
+    the place of the reply being written) nor waits on the judge."""
+    import numpy as np
+
+    from voicepipe.pipeline.events import EchoPathJudged, Playout, SpeechPaused
+    from voicepipe.turns.vad_stage import BARGE_IN_MS
+
+    now = time.monotonic()
+    said = Playout(np.zeros(32000, np.int16), 16000, now - 0.5, "The capital of France is Paris.")
+    early = TranscriptEarly("item_1", "Thanks", now, now)
+
+    def paused(voiced_ms: int) -> list:
+        return [EchoPathJudged(True), said, SpeechStarted("item_1", 0, now),
+                SpeechPaused("item_1", 1600, now + 0.3, now + 0.1, voiced_ms), early]
+
+    down, _ = await run_stage(stage(), paused(BARGE_IN_MS - 64))
+    assert Speculate(early) not in verdicts(down)
+    down, _ = await run_stage(stage(), paused(BARGE_IN_MS + 64))
+    assert Speculate(early) in verdicts(down)  # the caller's words, begun over the reply

@@ -159,6 +159,16 @@ def test_https_needs_both_files_and_both_readable(tmp_path):
     assert settings("--ssl-certfile", str(cert), "--ssl-keyfile", str(key)).ssl_keyfile == str(key)
 
 
+def test_the_front_ends_recordings_go_to_a_folder_made_at_start_or_refused_there(tmp_path):
+    folder = tmp_path / "calls" / "today"
+    assert settings("--record-front-end", str(folder)).call_config().record_front_end == str(folder)
+    assert folder.is_dir()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SettingsError, match="VOICEPIPE_RECORD_FRONT_END cannot be made a folder"):
+        settings(env={"VOICEPIPE_RECORD_FRONT_END": str(blocker / "calls")})
+
+
 def test_an_empty_key_is_refused_rather_than_taken_for_no_key():
     with pytest.raises(SettingsError, match="VOICEPIPE_API_KEY is empty"):
         settings(env={"VOICEPIPE_API_KEY": ""})

@@ -22,3 +22,10 @@ def reply_audio(seconds: float) -> np.ndarray:
         parts += [resample(VOICE[::-1], RATE, int(RATE * (0.8 + 0.07 * (n % 6)))), np.zeros(RATE // 5, np.float32)]
         n += 1
     return np.concatenate(parts)[:int(seconds * RATE)] * np.float32(0.5)
+
+
+def delayed(audio: np.ndarray, samples: float) -> np.ndarray:
+    """`audio` later by `samples`, a fraction included (a phase shift in the spectrum)."""
+    size = 1 << int(np.ceil(np.log2(len(audio) + int(samples) + 1)))
+    spectrum = np.fft.rfft(audio, size) * np.exp(-2j * np.pi * np.fft.rfftfreq(size) * samples)
+    return np.fft.irfft(spectrum, size)[:len(audio)].astype(np.float32)

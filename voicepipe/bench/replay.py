@@ -1,9 +1,10 @@
 """`voicepipe bench replay DIR`: calls recorded by their audio front end (`serve --record-front-end DIR`,
-`bench room --record DIR`) run again through the front end and the VAD, piece by piece as the call gave
-them, the far end starting anew where it did: each utterance the VAD began, how much of it was speech, and
-where it would have barged in. Where `bench room` left the caller's script beside a recording (`<call
-id>.json`: when they spoke, when they interrupted), each is told apart: the caller's, an interruption and
-how soon it stopped the reply, or the echo's (a false barge-in, or a sound too short to barge in).
+`bench room --record DIR`) run again through the front end and the VAD, in the 20 ms pieces the page and
+the bench's callers send, the far end starting anew where it did and the front end's settings changing
+where they did: each utterance the VAD began, how much of it was speech, and where it would have barged
+in. Where `bench room` left the caller's script beside a recording (`<call id>.json`: when they spoke,
+when they interrupted), each is told apart: the caller's, an interruption and how soon it stopped the
+reply, or the echo's (a false barge-in, or a sound too short to barge in).
 
 The VAD runs with server_vad's defaults whatever the call had: its starts and barge-ins are the same under
 either detection, only its ends differ. Replays of the bench's calls raised the live calls' false
@@ -17,13 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from voicepipe.frontend.processing import AudioProcessing
-from voicepipe.frontend.recording import RATE, load
+from voicepipe.frontend.recording import RATE, Settings, load
 from voicepipe.pipeline.detection import TurnDetection
 from voicepipe.turns.endpointer import Endpointer
+from voicepipe.turns.own_voice import TAIL_S
 from voicepipe.turns.vad_stage import BARGE_IN_MS, WINDOW_MS
 
 PIECE = RATE // 50  # 20 ms, as the page and the bench's callers send
-TAIL = RATE  # an utterance begun this soon after the far end played began over the reply (its echo's tail)
+TAIL = int(TAIL_S * RATE)  # begun this soon after the far end played, an utterance began over the reply
 
 
 @dataclass
@@ -34,8 +36,11 @@ class Utterance:
     over_reply: bool  # begun while the far end played, or within a second after
 
 
-def replay(near: np.ndarray, far: np.ndarray, restarts: list[int], echo: bool, noise: str | None) -> list[Utterance]:
+def replay(near: np.ndarray, far: np.ndarray, restarts: list[int], settings: list[Settings]) -> list[Utterance]:
     """A recorded call's utterances, as its front end and the VAD find them again."""
+    changes = iter(settings)
+    _, echo, noise = next(changes, (0, True, "near_field"))
+    change = next(changes, None)
     processing, endpointer = AudioProcessing(echo, noise), Endpointer(TurnDetection("server_vad"))
     found: list[Utterance] = []
     current: Utterance | None = None
@@ -43,6 +48,9 @@ def replay(near: np.ndarray, far: np.ndarray, restarts: list[int], echo: bool, n
     starts = iter(sorted(restarts))
     restart = next(starts, None)
     for at in range(0, len(near), PIECE):
+        while change is not None and change[0] <= at:
+            processing.configure(change[1], change[2])
+            change = next(changes, None)
         piece = far[at:at + PIECE]
         active = np.flatnonzero(piece)
         if len(active):
@@ -88,8 +96,8 @@ def replay_folder(folder: Path) -> dict:
     """Every recording in `folder`, replayed; judged where its script lies beside it."""
     calls = []
     for path in sorted(p for p in folder.glob("*.npz") if not p.name.endswith(".part.npz")):
-        near, far, restarts, echo, noise = load(path)
-        utterances = replay(near, far, restarts, echo, noise)
+        near, far, restarts, settings = load(path)
+        utterances = replay(near, far, restarts, settings)
         call = {"call": path.stem, "seconds": round(len(near) / RATE, 1),
                 "utterances": [asdict(u) for u in utterances]}
         script_path = path.with_suffix(".json")
@@ -112,7 +120,7 @@ def print_replay(report: dict) -> None:
                 print(f"  {u['found_s']:7.2f} s  {u['voiced_windows']:3d} windows of speech{over}{barge_in}")
             continue
         live = (call.get("live") or {}).get("false_barge_ins")
-        print(f"  false barge-ins at {call['false_barge_ins']} s (live: {live}); sounds over a reply "
+        print(f"  false barge-ins at {call['false_barge_ins']} s (the live call had {live}); sounds over a reply "
               f"(s, windows) {call['sounds']}; interruptions stopped after {call['interruption_stop_s']} s")
         false, sounds = false + len(call["false_barge_ins"]), sounds + len(call["sounds"])
         caught += sum(1 for s in call["interruption_stop_s"] if s is not None and s <= 0.3)

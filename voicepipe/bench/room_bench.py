@@ -158,7 +158,7 @@ async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.nda
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
     result = figures(caller.heard, onsets, front)
-    if record is not None:
+    if record is not None and front:  # (a front end off records nothing)
         call = next(e["session"]["id"] for _, e in caller.heard.events if e["type"] == "session.created")
         script = {"room": case.name, "front": front, "spoken": caller.heard.spoken, "onsets": onsets,
                   "figures": result}
@@ -237,16 +237,18 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     false = [c for c in cleared if speaking(c, RATE // 2) is None]
     created = [at for at, e in h.events if e["type"] == "response.created"]
 
-    def answered(at: int) -> bool:
-        """Whether a reply began after a transcript that came at `at`, before the caller next spoke."""
-        after = min((s[0] for s in spoken if s[0] > at), default=None)
+    def answered(at: int, start: int) -> bool:
+        """Whether a reply began after a transcript that came at `at`, of an utterance begun at `start`,
+        before the caller next spoke after that start."""
+        after = min((s[0] for s in spoken if s[0] > start), default=None)
         return any(at <= c and (after is None or c < after) for c in created)
 
-    phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text, "answered": answered(at)}
+    phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text,
+                 "answered": answered(at, began.get(item_id, at))}
                 for at, text, item_id in transcripts if words(text) and phantom(at, item_id, text)]
     return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
             "word_error": errors / max(1, total), "word_errors": errors, "words": total,
-            "replies": sum(1 for _, e in h.events if e["type"] == "response.created"),
+            "replies": len(created),
             "false_barge_ins": len(false), "false_barge_in_at": [placed(h, at) for at in false],
             "phantom_transcripts": len(phantoms), "phantom_at": phantoms,
             "replies_to_own_voice": sum(1 for p in phantoms if p["answered"]),

@@ -112,16 +112,15 @@ class Session:
         its own (a call of minutes compresses for a second or more), so the call's slot is free at once and
         the next caller is not refused meanwhile; the process waits for the thread before it exits."""
         recording, folder = self.front.recording, self.config.record_front_end
-        if recording is None or not folder or not recording.samples:  # (a front end off records nothing)
+        if recording is None or not folder or not recording.samples:
             return
         path = Path(folder) / f"{self.id}.npz"
-        echo, noise = self.config.echo_cancellation, self.config.noise_reduction
 
         def save() -> None:
             try:
-                recording.save(path, echo, noise)
-            except OSError as e:
-                log.warning("call %s: could not write its recording to %s: %s", self.id, path, e)
+                recording.save(path)
+            except Exception:
+                log.exception("call %s: could not write its recording to %s", self.id, path)
 
         threading.Thread(target=save, name=f"record-{self.id}").start()
 

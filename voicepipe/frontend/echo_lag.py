@@ -1,4 +1,4 @@
-"""The echo's delay to the sample: where the microphone's audio best matches the far end's over the last
+"""The echo's delay to a fraction of a sample: where the microphone's audio best matches the far end's over the last
 half second, by cross-correlation with the spectrum's magnitude partly flattened (a generalized
 cross-correlation, "PHAT" weighting raised to BETA, over the voice's band).
 

@@ -86,7 +86,9 @@ class LinearStage:
         self._shift: int | None = None  # samples the far end is delayed by, once the echo's lag is known
         self._lag = EchoLag(rate, frame)
         self._estimate: float | None = None  # the latest lag estimated, in samples
-        self._anchor: int | None = None  # the lag the filter's far end is aligned to, to the sample
+        # The lag the filter's far end is aligned to, a fraction of a sample included: the far end moves from it
+        # by whole samples, and it with them.
+        self._anchor: float | None = None
         self._frames: deque[tuple[float, float]] = deque(maxlen=4 * WINDOW)  # (far's log energy, dB removed)
         self._recent: deque[float] = deque(maxlen=RECENT)  # dB removed in the latest loud frames
         self._loudest = np.inf  # the far end's loudest frame in the window (log10 of energy)
@@ -217,9 +219,9 @@ class LinearStage:
         if self.proven or not heard:
             return False
         if self._silent < quiet + MAX_SHIFT_FRAMES:  # the echo may be in it, however late the far end
-            rehearsal.keep(near, far, self._anchor)
+            rehearsal.keep(near, far, self._aligned)
         return self._shift is not None and self._quiet == quiet \
-            and rehearsal.start(self._shift, self._anchor, quiet, REHEARSED)
+            and rehearsal.start(self._shift, self._aligned, quiet, REHEARSED)
 
     @property
     def trusted(self) -> bool:
@@ -250,14 +252,14 @@ class LinearStage:
         if estimate is None or abs(lag - estimate) > AGREE:
             return
         if self._anchor is None:
-            self._anchor = round(lag)
+            self._anchor = lag
             # (where the frames' lag put it well before the echo, it stays)
-            if self._shift is None or not 0 <= lag - self._shift < self._tail // 2:
-                self._align(max(0, self._anchor - LEAD))
+            if self._shift is None or not 0 <= round(lag) - self._shift < self._tail // 2:
+                self._align(max(0, round(lag) - LEAD))
         else:
             self._move(lag)
         if not self._confirmed and self._since_start >= FRESH:  # both mostly of the audio since it started
-            self._rehearsal.relag(self._anchor)
+            self._rehearsal.relag(self._aligned)
             # (where the held frames came out unclean, the lag found was not the echo's: held on, to the next)
             self._confirmed = self._catch_up()
 
@@ -266,14 +268,20 @@ class LinearStage:
         moves with it."""
         if abs(lag - self._anchor) < MOVED:
             return False
-        moved = round(lag) - self._anchor
-        self._anchor, shift = round(lag), self._shift + moved
+        moved = round(lag - self._anchor)
+        shift = self._shift + moved
         if shift >= 0 and abs(moved) <= FOLLOWED:
-            self._shift = shift
+            self._anchor, self._shift = self._anchor + moved, shift
             self._recent.clear()  # the doubt's evidence was of frames out of line
         else:
-            self._align(max(0, self._anchor - LEAD))
+            self._anchor = lag
+            self._align(max(0, round(lag) - LEAD))
         return True
+
+    @property
+    def _aligned(self) -> int | None:
+        """The lag the far end is aligned to, to the sample (None until it is known)."""
+        return None if self._anchor is None else round(self._anchor)
 
     def _forget(self) -> None:
         """The room changed under the filter: it learns it again from nothing, as at the call's start (what

@@ -60,8 +60,6 @@ class AudioFrontEnd:
     def clean(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The cleaned audio for `samples`, and where the suppressor ran, the same audio before it."""
         start = self.near.feed(len(samples), self.clock())
-        if not self.processing.active:
-            return samples, None
         # Audio sent faster than real time was recorded before it came (a file, a test): no loudspeaker played
         # into it that the server's clock could place, so there is nothing to cancel.
         live = self.processing.echo and self.near.live
@@ -69,7 +67,9 @@ class AudioFrontEnd:
         # (a sound card's far end is what it played, one stream on its own clock: it never starts anew)
         restart = self.far.started(start, len(samples)) if live and not self.own_far_end else None
         if self.recording is not None:
-            self.recording.add(samples, far, restart)
+            self.recording.add(samples, far, restart, self.processing.echo, self.processing.noise)
+        if not self.processing.active:
+            return samples, None
         out = self.processing.process(samples, far, restart)
         unsuppressed = self.processing.unsuppressed
         if self.processing.echo and np.any(far):  # the canceller's own figure, whatever the suppressor took

@@ -86,13 +86,15 @@ class SpeechPaused(Event):
     """Silence began after speech: the utterance may be over, so its final transcription can start early.
 
     `speech_samples` is how much of the utterance's audio holds all the speech heard so far; `speech_end`
-    is when the caller's last voiced frame came in (the caller's clock: every turn figure counts from it).
+    is when the caller's last voiced frame came in (the caller's clock: every turn figure counts from it);
+    `voiced_ms`, as `SpeechStopped`'s, so far.
     """
 
     item_id: str
     speech_samples: int
     at: float
     speech_end: float
+    voiced_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,8 @@ class SpeechStopped(Event):
     """The end of the utterance is confirmed (enough silence, the LLM's verdict, a commit, or the length
     limit) at `at`; the caller stopped speaking at `speech_end` (their last voiced frame, or the commit
     under manual turns), which every turn timing and deadline counts from. `voiced_ms`: how much of it the
-    VAD heard as speech (None where no VAD judged it)."""
+    VAD heard as speech, in its windows (the padding before the start counts as one; None where no VAD
+    judged it)."""
 
     item_id: str
     audio_end_ms: int

@@ -187,6 +187,18 @@ def _not_empty(value: str) -> None:
         raise SettingsError("is empty; leave it unset for none")
 
 
+def _writable_folder(value: str) -> None:
+    """A folder the server writes to: made now, where it can be, so a bad one is told at start rather than
+    found at the end of every call."""
+    _not_empty(value)
+    try:
+        Path(value).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SettingsError(f"cannot be made a folder: {e}") from None
+    if not os.access(value, os.W_OK):
+        raise SettingsError("is a folder this server cannot write to")
+
+
 def _origins(value: tuple[str, ...]) -> None:
     for origin in value:
         parts = urlsplit(origin)
@@ -274,7 +286,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "mcp_allow_urls": _origins, "mcp_timeout": _positive, "sip": _host_port, "sip_allow": _networks,
     "sip_user": _not_empty, "sip_password": _not_empty, "sip_advertise": _address, "sip_rtp_ports": _port_range,
     "sip_register": _registration, "sip_webhook": _url, "sip_webhook_secret": _not_empty,
-    "noise_reduction": _one_of(("off", "near_field", "far_field")), "record_front_end": _not_empty,
+    "noise_reduction": _one_of(("off", "near_field", "far_field")), "record_front_end": _writable_folder,
     "policy": _one_of(call_policies()), "llm_model": _not_empty, "llm_precision": _one_of(PRECISIONS),
     "device": _one_of(DEVICES), "asr_model": _not_empty, "tts": _one_of(TTS_CHOICES), "tts_model": _not_empty,
 }

@@ -26,6 +26,7 @@ from voicepipe.pipeline.events import (
     PlaybackPaused,
     Playout,
     PlayoutCut,
+    SpeechPaused,
     SpeechQuiet,
     SpeechResumed,
     SpeechStarted,
@@ -73,11 +74,11 @@ class TurnTaking(Stage):
             self._speaking = True
             self._began[event.item_id] = event.at
             self.emit(DropSpeculation())
+        elif isinstance(event, SpeechPaused):
+            self._judge_sound(event.item_id, event.voiced_ms, event.at)
         elif isinstance(event, SpeechStopped):
             self._speaking = False
-            if event.voiced_ms is not None and event.voiced_ms < BARGE_IN_MS \
-                    and self.own_voice.over(self._began.get(event.item_id, event.at)):
-                self._sounds.add(event.item_id)
+            self._judge_sound(event.item_id, event.voiced_ms, event.at)
         elif isinstance(event, SpeechResumed | InputCleared):
             self.engine.expect(self.call_id, None)
             self.emit(DropSpeculation())
@@ -86,7 +87,8 @@ class TurnTaking(Stage):
                 self._sounds.discard(event.item_id)
                 self._spoken_over(event.item_id, "", final=True)  # dropped unheard: the reply goes on
         elif isinstance(event, TranscriptEarly) and event.text.strip():
-            if self.own_voice.is_echo(event.text, self._began.get(event.item_id, time.monotonic())):
+            began = self._began.get(event.item_id, time.monotonic())
+            if event.item_id in self._sounds or self.own_voice.is_echo(event.text, began):
                 self._spoken_over(event.item_id, "", final=False)
             elif self._spoken_over(event.item_id, event.text):
                 pass  # a backchannel so far: no reply of its own, unless more words follow
@@ -118,6 +120,16 @@ class TurnTaking(Stage):
                 self.spawn(self._judge(event.early))
             return True
         return False
+
+    def _judge_sound(self, item_id: str, voiced_ms: int | None, at: float) -> None:
+        """Whether the utterance, so far, is a sound begun over the assistant's voice too short to have barged
+        in (judged at each pause, and at its end: more speech may come). Not under manual turns, where the
+        client says what an utterance is."""
+        if voiced_ms is not None and voiced_ms < BARGE_IN_MS and not self.config.turn_detection.manual \
+                and self.own_voice.over(self._began.get(item_id, at)):
+            self._sounds.add(item_id)
+        else:
+            self._sounds.discard(item_id)
 
     def _spoken_over(self, item_id: str, text: str, final: bool = False) -> bool:
         """Whether `text`, said over the assistant, is only a backchannel (the reply goes on, and on the

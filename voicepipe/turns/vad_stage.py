@@ -124,7 +124,7 @@ class VADStage(Stage):
                 self.emit(SpeechQuiet(self.item_id, self._voiced_at))
             elif found.kind == "pause":
                 self._paused_at = now
-                self.emit(SpeechPaused(self.item_id, found.speech_samples, now, self._voiced_at))
+                self.emit(SpeechPaused(self.item_id, found.speech_samples, now, self._voiced_at, self._speech_ms))
             else:
                 self._paused_at, self._quiet = None, False
                 end = now if self.endpointer.settings.manual else self._voiced_at
