@@ -74,14 +74,17 @@ def replay(near: np.ndarray, far: np.ndarray, restarts: list[int], settings: lis
     return found
 
 
+def spoken_at(spoken: list, at: float, after: int) -> bool:
+    """Whether sample `at` falls in the caller's words (`spoken`: [start, end, text] in samples), from a
+    quarter second before them to `after` samples past their end: how `bench room` and its replays tell
+    the caller's speech from the echo's."""
+    return any(start - RATE // 4 <= at <= end + after for start, end, _ in spoken)
+
+
 def judged(utterances: list[Utterance], script: dict) -> dict:
     """The utterances told apart by the caller's script: `spoken` ([start, end, text] in samples of the
     recording) and `onsets` (where their interruptions began)."""
-    def callers(at_s: float) -> bool:
-        at = at_s * RATE
-        return any(start - RATE // 4 <= at <= end + RATE // 2 for start, end, _ in script["spoken"])
-
-    echo = [u for u in utterances if u.over_reply and not callers(u.found_s)]
+    echo = [u for u in utterances if u.over_reply and not spoken_at(script["spoken"], u.found_s * RATE, RATE // 2)]
     barge_ins = [u.barge_in_s for u in utterances if u.barge_in_s is not None]
     stopped = []
     for onset in script["onsets"]:

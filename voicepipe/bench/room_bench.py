@@ -25,6 +25,7 @@ import websockets
 from voicepipe.audio import to_pcm16
 from voicepipe.bench.barge_in_echo import INTERRUPTIONS, bench_barge_in
 from voicepipe.bench.engine_modes import percentile
+from voicepipe.bench.replay import spoken_at
 from voicepipe.bench.room import RATE, active_rms, at_snr, noise, overlay
 from voicepipe.bench.room_cases import RoomCase
 from voicepipe.bench.speakerphone import Loudspeaker
@@ -181,12 +182,6 @@ def word_errors(said: str, heard: str) -> tuple[int, int]:
     return row[-1], len(a)
 
 
-def heard_as(said: str, transcript: str) -> bool:
-    """Whether `transcript` is `said`, but for at most a third of its words."""
-    e, n = word_errors(said, transcript)
-    return e <= n // 3
-
-
 def holds(transcript: str, said: str) -> bool:
     """Whether `transcript` holds `said`, but for at most a third of its words, among words of its own."""
     expected = words(said)
@@ -196,10 +191,6 @@ def holds(transcript: str, said: str) -> bool:
 def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     """A call's figures from what its caller heard and said (a websocket's caller or `talk`'s listener)."""
     spoken = h.spoken
-
-    def speaking(at: int, margin: int = RATE) -> tuple[int, int, str] | None:
-        return next((s for s in spoken if s[0] - RATE // 4 <= at <= s[1] + margin), None)
-
     starts = [at for at, e in h.events if e["type"] == "input_audio_buffer.speech_started"]
     transcripts = [(at, e["transcript"], e.get("item_id")) for at, e in h.events
                    if e["type"] == "conversation.item.input_audio_transcription.completed"]
@@ -216,7 +207,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
             start = began[item_id]
             return not any(s[0] - RATE // 2 <= start <= s[1] or start <= s[0] <= at and holds(text, s[2])
                            for s in spoken)
-        return speaking(at, 3 * RATE) is None
+        return not spoken_at(spoken, at, 3 * RATE)
 
     cleared = [at for at, e in h.events if e["type"] == "output_audio_buffer.cleared"]
     errors = total = heard = 0
@@ -226,7 +217,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         said = " ".join(t for at, t, _ in transcripts if start <= at <= end + 3 * RATE)
         e, n = word_errors(text, said)
         errors, total = errors + min(e, n), total + n
-        heard += heard_as(text, said)
+        heard += e <= n // 3
     caught = [next((c - o for c in cleared if o <= c <= o + 2 * RATE), None) for o in onsets]
     ttfa = []
     for _, end, _ in spoken:
@@ -234,7 +225,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         if first is not None and first - end < 10 * RATE:
             ttfa.append((first - end) / RATE)
     cpu = front_end_cpu(h) if h.far else None
-    false = [c for c in cleared if speaking(c, RATE // 2) is None]
+    false = [c for c in cleared if not spoken_at(spoken, c, RATE // 2)]
     created = [at for at, e in h.events if e["type"] == "response.created"]
 
     def answered(at: int, start: int) -> bool:
@@ -252,7 +243,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
             "false_barge_ins": len(false), "false_barge_in_at": [placed(h, at) for at in false],
             "phantom_transcripts": len(phantoms), "phantom_at": phantoms,
             "replies_to_own_voice": sum(1 for p in phantoms if p["answered"]),
-            "speech_started_while_silent": sum(1 for s in starts if speaking(s, 0) is None),
+            "speech_started_while_silent": sum(1 for s in starts if not spoken_at(spoken, s, 0)),
             "interruptions_caught_300ms": sum(1 for c in caught if c is not None and c <= 0.3 * RATE),
             "interruptions": len(onsets),
             "interruption_stop_s": [None if c is None else c / RATE for c in caught],
