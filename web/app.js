@@ -35,6 +35,7 @@ const handlers = {
   [ServerEvent.SPEECH_STOPPED]: conversation.speechStopped,
   [ServerEvent.TRANSCRIPT_DELTA]: conversation.transcriptDelta,
   [ServerEvent.TRANSCRIPT_COMPLETED]: conversation.transcriptCompleted,
+  [ServerEvent.ITEM_DELETED]: conversation.itemDeleted,
   [ServerEvent.RESPONSE_CREATED]: conversation.responseCreated,
   [ServerEvent.RESPONSE_TEXT_DELTA]: conversation.textDelta,
   [ServerEvent.RESPONSE_AUDIO_DELTA]: conversation.audioDelta,

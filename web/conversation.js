@@ -107,6 +107,17 @@ export function transcriptCompleted(ev) {
   hook.transcripts.push(transcript);
 }
 
+// An utterance the server took for the assistant's own voice (or a sound over it) is no turn: its bubble
+// goes, and the reply it seemed to interrupt plays on.
+export function itemDeleted(ev) {
+  const li = userItems.get(ev.item_id);
+  if (!li) return;
+  li.remove();
+  userItems.delete(ev.item_id);
+  if (ev.reason) hook.dropped.push({ reason: ev.reason, transcript: ev.transcript || "" });
+  if (hook.phase === "thinking") setPhase(player.playing ? "speaking" : currentResponse ? "thinking" : "idle");
+}
+
 // ---- the assistant's turn ------------------------------------------------------------------------------
 export function responseCreated(ev) {
   const id = ev.response && ev.response.id;

@@ -19,6 +19,7 @@ export const ServerEvent = Object.freeze({
   SPEECH_STOPPED: "input_audio_buffer.speech_stopped",
   TRANSCRIPT_DELTA: "conversation.item.input_audio_transcription.delta",
   TRANSCRIPT_COMPLETED: "conversation.item.input_audio_transcription.completed",
+  ITEM_DELETED: "conversation.item.deleted",
   RESPONSE_CREATED: "response.created",
   RESPONSE_TEXT_DELTA: "response.text.delta",
   RESPONSE_AUDIO_DELTA: "response.audio.delta",

@@ -31,6 +31,7 @@ export const hook = {
   session: null,
   transcripts: [], // final transcripts, in order
   partials: [], // every partial transcript text seen
+  dropped: [], // utterances the server took for the assistant's own voice: {reason, transcript}
   answers: [], // the assistant's full answer per finished response
   turns: [], // {response_id, status, transcript, text, timings, waterfall, deadline_met, underruns}
   calls: [], // the calculator's calls: {name, expression, output}

@@ -16,7 +16,7 @@ from voicepipe.call.limits import Limits
 from voicepipe.call.native_serializer import NativeSerializer
 from voicepipe.call.runtime import Runtime
 from voicepipe.call.session import Session
-from voicepipe.pipeline.events import Error, Event, ResponseCreated, TextDelta
+from voicepipe.pipeline.events import Error, Event, ResponseCreated, SpeechStopped, TextDelta, UtteranceDropped
 from voicepipe.pipeline.outbound import AudioEnded, AudioSent, PlaybackCleared, ResponseDone, SessionDescribed
 from voicepipe.pipeline.turn import Reply, Turn
 from voicepipe.protocol import ClientEvent
@@ -114,6 +114,24 @@ def test_a_reply_renders_in_the_realtime_api_from_its_typed_events(beta):
     assert done["usage"]["input_token_details"]["text_tokens"] == 12 and done["deadline_met"] is True
     sent = b"".join(base64.b64decode(m["delta"]) for m in messages if m["type"] == f"{audio}.delta")
     assert abs(len(sent) // 2 - 2400) <= 48  # 0.1 s at the Realtime API's 24 kHz
+
+
+@pytest.mark.parametrize("dialect", ["native", "realtime", "beta"])
+def test_an_utterance_taken_for_the_assistants_own_voice_is_told_as_its_item_deleted(dialect):
+    """Its item was announced at speech_stopped; it leaves the client's conversation as it never joined the
+    server's, and the next item follows the one before it."""
+    serializer = NativeSerializer(1 << 20) if dialect == "native" else RealtimeSerializer(runtime(), 1 << 20,
+                                                                                         dialect == "beta")
+    events = [SpeechStopped("item_1", 900, time.monotonic(), 100), SpeechStopped("item_2", 1900, time.monotonic(), 100),
+              UtteranceDropped("item_2", "Thank you.", "own_voice"),
+              SpeechStopped("item_3", 2900, time.monotonic(), 100)]
+    messages = [[m for m in serializer.render(event) if isinstance(m, dict)] for event in events]
+    assert [m["type"] for m in messages[2]] == ["conversation.item.deleted"]
+    assert {k: messages[2][0][k] for k in ("item_id", "reason", "transcript")} == \
+        {"item_id": "item_2", "reason": "own_voice", "transcript": "Thank you."}
+    if dialect != "native":
+        added = next(m for m in messages[3] if m["type"] in ("conversation.item.added", "conversation.item.created"))
+        assert added["previous_item_id"] == "item_1"
 
 
 def test_a_reply_renders_on_a_twilio_stream_as_media_a_mark_and_a_clear_and_nothing_else():

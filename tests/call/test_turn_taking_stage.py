@@ -15,6 +15,7 @@ from voicepipe.pipeline.events import (
     SpeechStopped,
     TranscriptEarly,
     TranscriptFinal,
+    UtteranceDropped,
 )
 from voicepipe.pipeline.turn import Turn
 from voicepipe.pipeline.verdicts import DropSpeculation, Speculate, TurnEnded
@@ -81,6 +82,9 @@ async def test_words_that_repeat_what_the_assistant_just_said_are_its_echo_never
     assert said in up  # passed on to the audio front end
     assert verdicts(down)[-1] == BargeInResolved("item_2", real=False, turn=turn)  # the reply resumes
     assert not any(isinstance(v, TurnEnded) for v in verdicts(down)) and taking.echoes == 1
+    # Told as its item dropped, in place of the caller's transcript
+    assert UtteranceDropped("item_2", "There are no", "own_voice") in down
+    assert not any(isinstance(e, TranscriptFinal) for e in down)
     down, _ = await run_stage(taking, [SpeechStarted("item_3", 0, now), SpeechStopped("item_3", 900, now, 100),
                                        final("item_3", "What about trains to Rome?")])
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # the caller's own words are answered
@@ -140,6 +144,8 @@ async def test_a_sound_begun_over_the_reply_too_short_to_barge_in_is_never_answe
     taking = stage()
     down, _ = await run_stage(taking, [EchoPathJudged(True), said, *utterance("item_1", BARGE_IN_MS - 32)])
     assert not any(isinstance(v, TurnEnded) for v in verdicts(down)) and taking.echoes == 1
+    assert [e for e in down if isinstance(e, TranscriptFinal | UtteranceDropped)] == \
+        [UtteranceDropped("item_1", "Thanks.", "sound")]
     down, _ = await run_stage(stage(), [EchoPathJudged(True), said, *utterance("item_1", BARGE_IN_MS)])
     assert any(isinstance(v, TurnEnded) for v in verdicts(down))  # long enough to be the caller's
     down, _ = await run_stage(stage(), [EchoPathJudged(False), said, *utterance("item_1", BARGE_IN_MS - 32)])

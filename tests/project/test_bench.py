@@ -147,3 +147,26 @@ def test_bench_room_counts_an_utterance_begun_after_the_callers_last_word_as_a_p
     assert figures(heard, [], front=True)["phantom_transcripts"] == 1
     heard.events += utterance("e", 4200, 6.9, "Goodbye.")
     assert figures(heard, [], front=True)["phantom_transcripts"] == 2
+
+
+def test_bench_room_counts_the_utterances_the_server_dropped_and_any_that_held_the_callers_words():
+    """An item the server dropped as its own voice is no phantom (the client never shows it); one begun while
+    the caller spoke is their words lost."""
+    from voicepipe.bench.room import RATE
+    from voicepipe.bench.room_bench import Heard, figures
+
+    def dropped(item: str, start_ms: int, at: float, text: str) -> list[tuple[int, dict]]:
+        return [(int(at * RATE) - RATE // 2, {"type": "input_audio_buffer.speech_started", "item_id": item,
+                                              "audio_start_ms": start_ms}),
+                (int(at * RATE), {"type": "conversation.item.deleted", "item_id": item, "reason": "own_voice",
+                                  "transcript": text})]
+
+    heard = Heard(spoken=[(RATE, 2 * RATE, "What is the capital of Italy?")], events=dropped("a", 4000, 4.6, "Rome"))
+    call = figures(heard, [], front=True)
+    assert (call["dropped"], call["callers_words_dropped"], call["phantom_transcripts"]) == (1, 0, 0)
+    heard.events += dropped("b", 1200, 2.8, "What is the capital")
+    call = figures(heard, [], front=True)
+    assert (call["dropped"], call["callers_words_dropped"]) == (2, 1)
+    assert call["callers_words_dropped_at"][0]["transcript"] == "What is the capital"
+    heard.events.append((5 * RATE, {"type": "conversation.item.deleted", "item_id": "c"}))  # the client asked
+    assert figures(heard, [], front=True)["dropped"] == 2

@@ -344,6 +344,32 @@ def test_barge_in_drops_queued_playback_at_once(server, browser):
         page.close()
 
 
+def test_an_utterance_taken_for_the_assistants_own_voice_leaves_the_page(server, browser):
+    """Fed the server's messages directly: the echo's bubble, opened at speech_started, goes when the
+    server drops its item; the caller's words beside it stay."""
+    page, problems = open_page(browser, server.url + "/")
+    try:
+        page.evaluate("""() => {
+          const vp = window.voicepipe;
+          for (const id of ["item_echo", "item_caller"]) {
+            vp.receive({type: "input_audio_buffer.speech_started", item_id: id, audio_start_ms: 0});
+            vp.receive({type: "input_audio_buffer.speech_stopped", item_id: id, audio_end_ms: 900});
+          }
+          vp.receive({type: "conversation.item.input_audio_transcription.completed", item_id: "item_caller",
+                      transcript: "What about trains?"});
+          vp.receive({type: "conversation.item.deleted", item_id: "item_echo", reason: "own_voice",
+                      transcript: "Thank you."});
+        }""")
+        assert page.locator(".msg.user").count() == 1
+        assert page.inner_text(".msg.user .text") == "What about trains?"
+        state = hook(page)
+        assert state["dropped"] == [{"reason": "own_voice", "transcript": "Thank you."}]
+        assert state["transcripts"] == ["What about trains?"]
+        assert not problems, problems
+    finally:
+        page.close()
+
+
 def test_the_turn_taking_mode_is_chosen_on_the_page(server, browser):
     page, problems = open_page(browser, server.url + "/")
     try:

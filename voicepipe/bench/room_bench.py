@@ -7,7 +7,8 @@ microphone hears its own voice, what its loudspeaker plays of the replies throug
 each room it speaks over the reply a second after it starts (a real interruption). Reported per room:
 questions heard and their word error, replies, false barge-ins (the reply's audio cleared while the
 caller was silent), phantom transcripts (an utterance begun while the caller was silent), interruptions
-caught within 300 ms of their onset, first audio from the question's last word, and the front end's CPU
+caught within 300 ms of their onset, utterances the server dropped as its own voice (and any of them begun
+while the caller spoke: their words lost), first audio from the question's last word, and the front end's CPU
 per call (the front end run again over the call's recorded microphone and loudspeaker audio). With several
 calls a room their figures are summed, and each false barge-in and phantom is listed with where it came.
 """
@@ -234,6 +235,12 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         after = min((s[0] for s in spoken if s[0] > start), default=None)
         return any(at <= c and (after is None or c < after) for c in created)
 
+    # Utterances the server took for its own voice or a sound over it and dropped: the caller's words lost
+    # where one began while they spoke.
+    dropped = [(e, began.get(e.get("item_id"), at)) for at, e in h.events
+               if e["type"] == "conversation.item.deleted" and "reason" in e]
+    lost = [{**placed(h, start), "transcript": e["transcript"], "reason": e["reason"]} for e, start in dropped
+            if any(s[0] - RATE // 2 <= start <= s[1] for s in spoken)]
     phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text,
                  "answered": answered(at, began.get(item_id, at))}
                 for at, text, item_id in transcripts if words(text) and phantom(at, item_id, text)]
@@ -243,6 +250,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
             "false_barge_ins": len(false), "false_barge_in_at": [placed(h, at) for at in false],
             "phantom_transcripts": len(phantoms), "phantom_at": phantoms,
             "replies_to_own_voice": sum(1 for p in phantoms if p["answered"]),
+            "dropped": len(dropped), "callers_words_dropped": len(lost), "callers_words_dropped_at": lost,
             "speech_started_while_silent": sum(1 for s in starts if not spoken_at(spoken, s, 0)),
             "interruptions_caught_300ms": sum(1 for c in caught if c is not None and c <= 0.3 * RATE),
             "interruptions": len(onsets),
@@ -269,14 +277,15 @@ def merged(calls: list[dict]) -> dict:
     over every reply, false barge-ins per 100 replies; each call's own figures under "calls"."""
     total = {key: sum(c[key] for c in calls) for key in (
         "questions", "heard", "utterances", "word_errors", "words", "replies", "false_barge_ins",
-        "replies_to_own_voice", "phantom_transcripts", "speech_started_while_silent", "interruptions_caught_300ms",
-        "interruptions")}
+        "replies_to_own_voice", "phantom_transcripts", "dropped", "callers_words_dropped",
+        "speech_started_while_silent", "interruptions_caught_300ms", "interruptions")}
     ttfa = [t for c in calls for t in c["first_audio_s"]]
     cpu = [c["front_end_cpu_ms_per_s"] for c in calls if c["front_end_cpu_ms_per_s"] is not None]
     return {**total, "word_error": total["word_errors"] / max(1, total["words"]),
             "false_barge_ins_per_100_replies": 100 * total["false_barge_ins"] / max(1, total["replies"]),
             "false_barge_in_at": [f for c in calls for f in c["false_barge_in_at"]],
             "phantom_at": [f for c in calls for f in c["phantom_at"]],
+            "callers_words_dropped_at": [f for c in calls for f in c["callers_words_dropped_at"]],
             "interruption_stop_s": [s for c in calls for s in c["interruption_stop_s"]],
             "first_audio_p50_s": percentile(ttfa, 50) if ttfa else None, "front_end": calls[0]["front_end"],
             "front_end_cpu_ms_per_s": sum(cpu) / len(cpu) if cpu else None, "calls": calls}
@@ -347,7 +356,7 @@ def print_barge_in(report: dict) -> None:
 
 def print_room(report: dict) -> None:
     print(f"{'room':34} {'front end':9} {'heard':>7} {'WER':>5} {'replies':>8} {'false b-i':>9} {'per 100':>7} "
-          f"{'phantom':>7} {'answered':>8} {'interrupt':>9} {'first audio':>11} {'CPU ms/s':>8}")
+          f"{'phantom':>7} {'answered':>8} {'dropped':>7} {'interrupt':>9} {'first audio':>11} {'CPU ms/s':>8}")
     for name, runs in report["cases"].items():
         for which, r in runs.items():
             fa = "-" if r["first_audio_p50_s"] is None else f"{r['first_audio_p50_s']:.2f} s"
@@ -355,12 +364,13 @@ def print_room(report: dict) -> None:
             per_100 = 100 * r["false_barge_ins"] / max(1, r["replies"])
             print(f"{name:34} {which:9} {r['heard']:>3}/{r['questions']:<3} {r['word_error']:5.2f} "
                   f"{r['replies']:>4}/{r['utterances']:<3} {r['false_barge_ins']:>9} {per_100:>7.1f} "
-                  f"{r['phantom_transcripts']:>7} {r['replies_to_own_voice']:>8} "
+                  f"{r['phantom_transcripts']:>7} {r['replies_to_own_voice']:>8} {r['dropped']:>7} "
                   f"{r['interruptions_caught_300ms']:>7}/{r['interruptions']:<1} "
                   f"{fa:>11} {cpu:>8}")
     for name, runs in report["cases"].items():
         for which, r in runs.items():
-            for what, key in (("false barge-in", "false_barge_in_at"), ("phantom", "phantom_at")):
+            for what, key in (("false barge-in", "false_barge_in_at"), ("phantom", "phantom_at"),
+                              ("the caller's words dropped", "callers_words_dropped_at")):
                 for f in r[key]:
                     into = "-" if f["into_reply_audio_s"] is None else f"{f['into_reply_audio_s']:.2f} s"
                     heard = f' "{f["transcript"]}"' if "transcript" in f else ""

@@ -33,7 +33,7 @@ from voicepipe.call.runtime import Runtime
 from voicepipe.local.devices import find_devices
 from voicepipe.local.talk import LocalCall
 from voicepipe.pipeline import CallConfig
-from voicepipe.pipeline.events import Event, ResponseCreated, SpeechStarted, TranscriptFinal
+from voicepipe.pipeline.events import Event, ResponseCreated, SpeechStarted, TranscriptFinal, UtteranceDropped
 from voicepipe.pipeline.outbound import AudioSent, PlaybackCleared
 
 BLOCK = RATE // 50  # the room's step: 20 ms
@@ -50,7 +50,8 @@ STORY = "Tell me a story about a dragon."  # answered at length, and interrupted
 # The call's events as `bench room` reads them off the wire, so one set of figures serves both.
 WIRE = {SpeechStarted: "input_audio_buffer.speech_started", PlaybackCleared: "output_audio_buffer.cleared",
         ResponseCreated: "response.created",
-        TranscriptFinal: "conversation.item.input_audio_transcription.completed"}
+        TranscriptFinal: "conversation.item.input_audio_transcription.completed",
+        UtteranceDropped: "conversation.item.deleted"}
 
 
 class Air:
@@ -175,7 +176,11 @@ class Listener:
         if kind is None:
             return
         self._awaiting_audio |= isinstance(event, ResponseCreated)
-        body = {"type": kind, "transcript": event.text} if isinstance(event, TranscriptFinal) else {"type": kind}
+        body: dict = {"type": kind}
+        if isinstance(event, TranscriptFinal | UtteranceDropped):
+            body["transcript"] = event.text
+        if isinstance(event, UtteranceDropped):
+            body["reason"] = event.reason
         heard.events.append((at, body))
 
     async def playing_after(self, at: int, timeout_s: float = 20.0) -> bool:

@@ -27,6 +27,7 @@ from voicepipe.pipeline.events import (
     TranscriptDelta,
     TranscriptFinal,
     Truncated,
+    UtteranceDropped,
 )
 from voicepipe.pipeline.outbound import (
     AudioEnded,
@@ -115,6 +116,7 @@ BUILDERS: dict[type[Event], Callable[[Any], list[dict] | list[dict | bytes]]] = 
     ItemFound: _item_found,
     TranscriptDelta: lambda e: [server_events.transcript_delta(e.item_id, e.delta, e.partial)],
     TranscriptFinal: lambda e: [server_events.transcript_completed(e.item_id, e.text, e.audio_s)],
+    UtteranceDropped: lambda e: [server_events.utterance_dropped(e.item_id, e.reason, e.text)],
     ResponseCreated: _response_created,
     TextDelta: lambda e: [server_events.text_delta(e.turn.response_id, e.turn.output_item_id, e.text)],
     AudioSent: _audio_sent,

@@ -161,6 +161,17 @@ class TranscriptFinal(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class UtteranceDropped(Event):
+    """An utterance taken for the assistant's own voice (`reason` "own_voice": its words repeat what was
+    playing) or for a sound begun over it ("sound": too short to have barged in): in place of its final
+    transcript, as it is no turn and never joins the conversation; the client is told the item is gone."""
+
+    item_id: str
+    text: str  # what the ASR heard in it
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class TranscriptEarly(Event):
     """The transcript of an utterance at its first pause, before its end is confirmed: what the final
     transcript will be unless the caller speaks again (`paused_at` is when the pause was heard)."""

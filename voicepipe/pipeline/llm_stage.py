@@ -28,6 +28,7 @@ from voicepipe.pipeline.events import (
     SpeechStarted,
     TranscriptFinal,
     TurnConfirmed,
+    UtteranceDropped,
 )
 from voicepipe.pipeline.idle_reply import filler_reply, idle_reply
 from voicepipe.pipeline.items import Items
@@ -98,7 +99,7 @@ class LLMStage(Stage):
     async def process(self, event: Event) -> None:
         if isinstance(event, SpeechStarted):
             self._hearing.add(event.item_id)
-        elif isinstance(event, TranscriptFinal | InputCleared):
+        elif isinstance(event, TranscriptFinal | UtteranceDropped | InputCleared):
             self._hearing.discard(event.item_id)
         elif isinstance(event, TurnEnded):  # the caller's turn is over: an utterance never transcribed is too
             self._hearing.clear()

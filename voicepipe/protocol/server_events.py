@@ -160,6 +160,12 @@ def item_deleted(item_id: str) -> dict:
     return {"type": ServerEvent.ITEM_DELETED, "item_id": item_id}
 
 
+def utterance_dropped(item_id: str, reason: str, transcript: str) -> dict:
+    """The caller's audio item is gone unanswered, as the assistant's own voice or a sound over it: the
+    deletion a client already handles, with why and what was heard, for those that show it."""
+    return {**item_deleted(item_id), "reason": reason, "transcript": transcript}
+
+
 def item_retrieved(item_id: str, role: str, text: str, spoken: bool) -> dict:
     return {"type": ServerEvent.ITEM_RETRIEVED, "item": message_item(item_id, role, text, spoken)}
 

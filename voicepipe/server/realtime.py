@@ -34,6 +34,7 @@ from voicepipe.pipeline.events import (
     ToolRan,
     TranscriptDelta,
     TranscriptFinal,
+    UtteranceDropped,
 )
 from voicepipe.pipeline.outbound import AudioEnded, AudioSent, ResponseDone, SessionDescribed, StatsReported
 from voicepipe.protocol import ClientEvent, ServerEvent, server_events
@@ -75,7 +76,7 @@ class RealtimeSerializer:
         self._renders: dict[type[Event], Callable[[Any], list[dict]]] = {
             SessionDescribed: self._session,
             StatsReported: lambda e: [],  # the web page's panel; not a Realtime event
-            SpeechStopped: self._committed, ItemFound: self._item_found,
+            SpeechStopped: self._committed, ItemFound: self._item_found, UtteranceDropped: self._item_found,
             TranscriptDelta: lambda e: [{"type": ServerEvent.TRANSCRIPT_DELTA, "item_id": e.item_id,
                                          "content_index": 0, "delta": e.delta}],
             TranscriptFinal: self._transcribed,
@@ -163,8 +164,8 @@ class RealtimeSerializer:
         return [stopped, {**committed, "previous_item_id": previous},
                 {"type": ServerEvent.ITEM_ADDED, "previous_item_id": previous, "item": item}]
 
-    def _item_found(self, event: ItemFound) -> list[dict]:
-        if event.action == "delete":
+    def _item_found(self, event: ItemFound | UtteranceDropped) -> list[dict]:
+        if isinstance(event, UtteranceDropped) or event.action == "delete":
             self._items.pop(event.item_id, None)
         return native_messages(event)
 

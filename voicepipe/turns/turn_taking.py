@@ -33,6 +33,7 @@ from voicepipe.pipeline.events import (
     SpeechStopped,
     TranscriptEarly,
     TranscriptFinal,
+    UtteranceDropped,
 )
 from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Turn
@@ -63,7 +64,8 @@ class TurnTaking(Stage):
         self._sounds: set[str] = set()
 
     async def process(self, event: Event) -> None:
-        self.emit(event)
+        if not isinstance(event, TranscriptFinal):  # a final transcript goes on once judged (below)
+            self.emit(event)
         detection = self.config.turn_detection
         answering = detection.create_response and not detection.manual
         if isinstance(event, SpeechQuiet) and answering:
@@ -102,8 +104,11 @@ class TurnTaking(Stage):
             self._sounds.discard(event.item_id)
             if event.text.strip() and (sound or self.own_voice.is_echo(event.text, began)):
                 self.echoes += 1
+                self.emit(UtteranceDropped(event.item_id, event.text, "sound" if sound else "own_voice"))
                 self._spoken_over(event.item_id, "", final=True)  # its own voice: the reply plays on, unanswered
-            elif not self._spoken_over(event.item_id, event.text, final=True) and event.text.strip():
+                return
+            self.emit(event)
+            if not self._spoken_over(event.item_id, event.text, final=True) and event.text.strip():
                 self.emit(TurnEnded(event, answer=answering and not self._speaking))
 
     async def feedback(self, event: Feedback) -> bool:
