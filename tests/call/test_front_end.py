@@ -172,6 +172,38 @@ def test_the_far_end_says_where_it_started_anew_after_a_gap():
     assert far.started(21.0, 320) is None
 
 
+def test_a_replys_chunks_played_back_to_back_are_one_stream_in_the_far_end():
+    """Chunks at the voice's rate, each due as the last ends, read back as the whole reply resampled at once
+    (as the caller's loudspeaker plays it), wherever their times fall between samples; each placed by its own
+    rounded time and resampled on its own, they stood up to half a sample off it."""
+    import soxr
+
+    rng = np.random.default_rng(3)
+    voice = (rng.standard_normal(22050 * 3) * 0.1).astype(np.float32)
+    cuts = [0, 4111, 9000, 17377, 30001, 41234, 52000, len(voice)]
+    far, start = FarEnd(), 10.00003
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        far.play(start + lo / 22050, voice[lo:hi], 10.0, 22050)
+    whole = soxr.resample(voice, 22050, 16000)
+    assert np.max(np.abs(far.read(start, len(whole)) - whole)) < 1e-4  # its last sentence's end included
+    assert far.started(start - 0.01, 16000 * 4) == 160  # one start: the reply's own
+
+
+def test_the_speakerphones_loudspeaker_plays_what_arrives_back_to_back_as_one_stream():
+    import soxr
+
+    from voicepipe.bench.room import Room
+    from voicepipe.bench.speakerphone import Loudspeaker
+
+    rng = np.random.default_rng(5)
+    voice = (rng.standard_normal(22050 * 2) * 3000).astype(np.int16)
+    speaker = Loudspeaker(Room(delay_ms=40, rt60_s=0.3, echo_db=0.0), 0.05, 0.05)
+    for lo, hi in [(0, 9001), (9001, 20000), (20000, len(voice))]:
+        speaker.receive(voice[lo:hi], 22050, 800)  # all queued at once, from sample 800
+    whole = soxr.resample(voice.astype(np.float32) / 32768.0, 22050, 16000)
+    assert np.max(np.abs(speaker.played[800:] - whole)) < 1e-4
+
+
 def test_the_near_end_clock_holds_its_grid_through_late_arrivals():
     """Chunks held back 0-3 ms by the call's own work, in a sawtooth: their samples' times stay on one grid
     (following the late ones moved the echo under the linear canceller by a few samples at a time)."""

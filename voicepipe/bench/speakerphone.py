@@ -1,10 +1,11 @@
 """A speakerphone: what its loudspeaker plays of the reply audio, and what its microphone hears of that
 through a room. A stand-in for a real loudspeaker and microphone, which cannot exist here.
 
-The loudspeaker plays each chunk of reply audio from its arrival, after what is still queued, and drops
-its queue when the server says `output_audio_buffer.cleared`, as the protocol asks. Positions are in
-16 kHz samples of the microphone stream, from the call's start. The microphone adds its own noise, as every
-real one does (a laptop's sits around -70 dBFS): a raw microphone never sends digital silence.
+The loudspeaker plays each chunk of reply audio from its arrival, after what is still queued (one stream,
+as a player's sound card plays it), and drops its queue when the server says `output_audio_buffer.cleared`,
+as the protocol asks. Positions are in 16 kHz samples of the microphone stream, from the call's start. The
+microphone adds its own noise, as every real one does (a laptop's sits around -70 dBFS): a raw microphone
+never sends digital silence.
 """
 
 import numpy as np
@@ -25,24 +26,30 @@ class Loudspeaker:
         self.gain = np.float32(voice_rms * 10 ** (room.echo_db / 20) / (reply_rms * path_gain))
         self.played = np.zeros(0, np.float32)
         self.queue_end = 0
+        self._run: tuple[int, int, np.ndarray] | None = None  # the playing stream: its start, rate, audio so far
         self._size = 1 << int(np.ceil(np.log2(2 * len(self.response) + 2 * RATE)))  # FFT size for echo()
         self._spectrum = np.fft.rfft(self.response, self._size)
         self._hiss = np.random.default_rng(room.seed).standard_normal(RATE).astype(np.float32) * SELF_NOISE
 
     def receive(self, pcm: np.ndarray, rate: int, at: int) -> None:
-        """Reply audio (PCM16 at `rate`) arrived when the microphone was at sample `at`."""
-        audio = resample(pcm.astype(np.float32) / 32768.0, rate, RATE) if rate != RATE else \
-            pcm.astype(np.float32) / 32768.0
-        start = max(at, self.queue_end)
-        end = start + len(audio)
+        """Reply audio (PCM16 at `rate`) arrived when the microphone was at sample `at`: played after what is
+        still queued, as one stream with it (the run resampled whole again), or from now after a gap."""
+        audio = pcm.astype(np.float32) / 32768.0
+        if at > self.queue_end or self._run is None or self._run[1] != rate:
+            self._run = (max(at, self.queue_end), rate, audio)
+        else:
+            self._run = (self._run[0], rate, np.concatenate([self._run[2], audio]))
+        start, _, heard = self._run
+        played = resample(heard, rate, RATE)
+        end = start + len(played)
         if len(self.played) < end:
             self.played = np.concatenate([self.played, np.zeros(end - len(self.played), np.float32)])
-        self.played[start:end] = audio
+        self.played[start:end] = played
         self.queue_end = end
 
     def clear(self, at: int) -> None:
         """The queue is dropped at sample `at`."""
-        self.played, self.queue_end = self.played[:at], at
+        self.played, self.queue_end, self._run = self.played[:at], at, None
 
     def playing(self, at: int) -> bool:
         return self.queue_end > at

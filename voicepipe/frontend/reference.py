@@ -17,30 +17,48 @@ from collections import deque
 
 import numpy as np
 
+from voicepipe.frontend.run_resampler import RunResampler
+
 RATE = 16000
 KEEP_S = 8.0  # far-end audio older than this can no longer be in the microphone
 REANCHOR_S = 0.5  # a gap in the microphone stream longer than this (a muted client) starts a new anchor
+# A chunk due within this of the last one's end continues it (the output stage queues each at the last one's
+# end to the bit; a later one found the client's queue run dry)
+CONTINUES_S = 0.001
 BURST_S = 0.25  # audio arriving this far ahead of real time is no live microphone's (a file streamed fast)
 
 
 class FarEnd:
-    """Reply audio on the server's clock, as the caller's loudspeaker played it, at 16 kHz."""
+    """Reply audio on the server's clock, as the caller's loudspeaker played it, at 16 kHz.
+
+    A client plays the reply's chunks back to back, one stream: a chunk due as the last one ends continues
+    it sample after sample, resampled with it as one stream (`RunResampler`), and only a chunk after a gap
+    (the client's queue ran dry, a new reply) is placed by its own time. Placed each by its own rounded
+    time and resampled on its own, the chunks of one reply stood up to half a sample off the stream the
+    loudspeaker played, each its own way; a linear canceller needs its far end within a fraction of one."""
 
     def __init__(self) -> None:
-        self._chunks: deque[tuple[float, np.ndarray]] = deque()  # (time its first sample played, samples)
+        # (when its run of back-to-back chunks started playing, its first sample's place in the run, samples):
+        # a chunk's samples stand for those of the chunks before it where they overlap
+        self._chunks: deque[tuple[float, int, np.ndarray]] = deque()
         self._starts: deque[float] = deque()  # when it started anew after a gap (a client's queue ran dry)
         self._end: float | None = None  # when the last chunk ends
+        self._run: tuple[float, RunResampler] | None = None  # the current run's start and its resampler
 
-    def play(self, start: float, samples: np.ndarray, now: float) -> None:
-        """`samples` (float32, 16 kHz) were due to play from `start`; sent at `now`. What is kept is timed
+    def play(self, start: float, samples: np.ndarray, now: float, rate: int = RATE) -> None:
+        """`samples` (float32, at `rate`) were due to play from `start`; sent at `now`. What is kept is timed
         from the earlier of the two: a long sentence goes out in several frames at once, queued up to its
         end, and what plays meanwhile must outlast them."""
-        if self._end is None or start > self._end + 0.5 / RATE:
+        gap = self._end is None or start > self._end + CONTINUES_S
+        if gap:
             self._starts.append(start)
-        self._end = start + len(samples) / RATE
-        self._chunks.append((start, samples.astype(np.float32, copy=False)))
+        if gap or self._run is None or self._run[1].rate != rate or start < self._end - CONTINUES_S:
+            self._run = (start, RunResampler(rate))
+        place, audio = self._run[1].add(samples.astype(np.float32, copy=False))
+        self._chunks.append((self._run[0], place, audio))
+        self._end = start + len(samples) / rate
         kept_from = min(start, now) - KEEP_S
-        while self._chunks and self._chunks[0][0] + len(self._chunks[0][1]) / RATE < kept_from:
+        while self._chunks and _start_of(self._chunks[0]) + len(self._chunks[0][2]) / RATE < kept_from:
             self._chunks.popleft()
         while self._starts and self._starts[0] < kept_from:
             self._starts.popleft()
@@ -54,24 +72,29 @@ class FarEnd:
         return None
 
     def cut(self, at: float) -> None:
-        """The caller dropped what it had queued at `at`: nothing after it played."""
-        kept: deque[tuple[float, np.ndarray]] = deque()
-        for start, samples in self._chunks:
-            if start < at:
-                kept.append((start, samples[: max(0, int(round((at - start) * RATE)))]))
-        self._chunks = kept
+        """The caller dropped what it had queued at `at`: nothing after it played, and what comes next is
+        placed afresh."""
+        kept: deque[tuple[float, int, np.ndarray]] = deque()
+        for chunk in self._chunks:
+            if _start_of(chunk) < at:
+                kept.append((chunk[0], chunk[1], chunk[2][: max(0, int(round((at - _start_of(chunk)) * RATE)))]))
+        self._chunks, self._run = kept, None
         if self._end is not None:
             self._end = min(self._end, at)
 
     def read(self, start: float, n: int) -> np.ndarray:
         """The `n` samples the loudspeaker played from `start` (silence where it played nothing)."""
         out = np.zeros(n, np.float32)
-        for chunk_start, samples in self._chunks:
-            offset = int(round((chunk_start - start) * RATE))
+        for run_start, place, samples in self._chunks:
+            offset = int(round((run_start - start) * RATE)) + place  # a run's chunks fall sample after sample
             lo, hi = max(0, offset), min(n, offset + len(samples))
             if lo < hi:
                 out[lo:hi] = samples[lo - offset: hi - offset]
         return out
+
+
+def _start_of(chunk: tuple[float, int, np.ndarray]) -> float:
+    return chunk[0] + chunk[1] / RATE
 
 
 class StreamClock:

@@ -11,10 +11,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from voicepipe.audio import resample
 from voicepipe.frontend.processing import AudioProcessing
 from voicepipe.frontend.recording import FrontEndRecording
-from voicepipe.frontend.reference import RATE, FarEnd, NearEnd
+from voicepipe.frontend.reference import FarEnd, NearEnd
 from voicepipe.pipeline.config import CallConfig
 from voicepipe.pipeline.events import AudioIn, EchoPathJudged, Event, Feedback, Playout, PlayoutCut
 from voicepipe.pipeline.requests import SessionUpdate
@@ -90,7 +89,7 @@ class AudioFrontEnd:
     def played(self, samples: np.ndarray, sample_rate: int, start: float) -> None:
         """Reply audio (PCM16 or float32) due to play from `start`."""
         audio = samples.astype(np.float32) / 32768.0 if samples.dtype == np.int16 else samples
-        self.far.play(start, resample(audio, sample_rate, RATE), self.clock())
+        self.far.play(start, audio, self.clock(), sample_rate)
 
     def configure(self) -> None:
         self.processing.configure(self.config.echo_cancellation, self.config.noise_reduction)
