@@ -175,11 +175,36 @@ def test_an_echo_one_sample_later_than_the_last_replys_moves_the_far_end_with_it
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
 
 
+def test_where_the_far_end_starts_anew_the_filter_is_heard_again_as_soon_as_the_new_audio_places_the_echo():
+    """A reply after a gap, its echo 8 samples off the last one's: estimates over the new audio alone find
+    it within 0.3 s (the echo 120 ms late), where those over the usual half-second window waited for the old
+    audio to leave it (0.49 s here). AEC3, heard meanwhile, lets a reply's first echo through (on recorded
+    calls, the false barge-ins left came there)."""
+    processing = AudioProcessing(echo=True, noise=None)
+    run(processing, LOUD_ROOM, reply_audio(30.0))
+    assert processing.linear.trusted
+    reply = reply_audio(36.0)[30 * RATE:]
+    speaker = Loudspeaker(LOUD_ROOM, CALLER_RMS, active_rms(reply))
+    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
+    told = np.concatenate([np.zeros(8, np.float32), speaker.played])
+    mics, outs, trusted = [], [], []
+    for at in range(0, RATE, FRAME):
+        mics.append(speaker.echo(at + FRAME, FRAME))
+        outs.append(processing.process(mics[-1], told[at:at + FRAME], 0 if at == 0 else None))
+        trusted.append(processing.linear.trusted)
+    first = trusted.index(True)
+    assert first <= 30 and all(trusted[first:])
+    mic, out = np.concatenate(mics), np.concatenate(outs)
+    heard = slice(first * FRAME, 40 * FRAME)  # and takes the echo out from there
+    assert active_rms(out[heard]) < active_rms(mic[heard]) * 10 ** (-15 / 20)
+
+
 def test_an_echo_between_two_samples_that_moves_by_one_moves_the_far_end_with_it():
     """An echo 0.55 samples past a whole one (two clocks), one sample later in the next reply: the far end
     moves from where it was aligned, not from the whole sample nearest (1920 here), which the move leaves
     only 0.55 away."""
     stage = LinearStage(RATE, FRAME)
+    stage._since_start = linear_stage.FRESH  # the estimates' windows are of the far end's current audio
     for lag in (1919.55, 1919.55):  # two estimates agreeing align the filter
         stage._follow(lag)
     aligned = stage.delay_frames

@@ -54,12 +54,14 @@ class EchoLag:
             return None
         return self.now()
 
-    def now(self) -> float | None:
-        """The echo's delay over the latest window, in samples to a fraction of one, where the evidence is
-        clear."""
+    def now(self, frames: int | None = None) -> float | None:
+        """The echo's delay over the latest window (or its latest `frames`, the audio since the far end
+        started anew), in samples to a fraction of one, where the evidence is clear."""
         if len(self._far) < self._far.maxlen:
             return None
-        far, near = np.concatenate(self._far), np.concatenate(self._near)
+        frames = len(self._near) if frames is None else min(frames, len(self._near))
+        far = np.concatenate(list(self._far)[-(frames + self._reach // len(self._far[0])):])
+        near = np.concatenate(list(self._near)[-frames:])
         if np.mean(np.square(far[self._reach:], dtype=np.float64)) < FAR_ACTIVE:
             return None
         spectrum = np.fft.rfft(far, self._size) * np.conj(np.fft.rfft(near, self._size))

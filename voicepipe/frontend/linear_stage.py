@@ -48,6 +48,9 @@ MOVED = 0.75
 FOLLOWED = 800  # ...and may move by at most (50 ms: a client's buffer's steps); further, another path: learnt anew
 HELD = 200  # frames held at most (a reply whose echo's lag is never clear teaches the filter nothing)
 FRESH = 40  # frames since the far end started, for two estimates in a row to be of its new audio
+QUICK_FROM = 8  # ...and, over that audio alone, from this many frames on
+QUICK_EVERY = 2
+QUICK_AGREE = 1.0
 MARGIN = 5  # frames of the frames' lag left to the filter: the lag judged may fall either side of the echo
 NEAR = 2  # ...and never fewer than these
 SLACK = 10  # frames the frames' lag may move later before the filter is aligned again
@@ -100,6 +103,7 @@ class LinearStage:
         self._rehearsal = Rehearsal(frame)
         self._since_start = 0  # frames since the far end started after a gap
         self._confirmed = True  # whether the echo's lag is known since then
+        self._fresh: float | None = None  # the latest estimate of the echo's lag over that audio alone
         self._held: list[tuple[np.ndarray, np.ndarray]] = []  # the frames since then, until it is
         # The far end's latest samples, as far back as any delay of it reaches; and as they were when it started.
         self._played = np.zeros(frame + MAX_SHIFT_FRAMES * frame + self._tail, np.float32)
@@ -127,6 +131,9 @@ class LinearStage:
             return near
         self._since_start += 1
         self._follow(self._lag.add(near, far))
+        if not self._confirmed and self.proven and self._since_start >= QUICK_FROM \
+                and self._since_start % QUICK_EVERY == 0:
+            self._quick(self._lag.now(self._since_start))
         if self._anchor is None and lag is not None and not self.proven and self._misaligned(lag):
             self._align(max(0, lag - MARGIN) * self._frame)
         self._played = np.concatenate([self._played, far])[-len(self._played):]
@@ -199,7 +206,7 @@ class LinearStage:
                 and np.percentile(self._recent, 75) < DOUBT_DB:
             # The echo moved before two estimates agreed on it (the filter unlearns while out of line),
             # or the room changed.
-            lag = self._lag.now()
+            lag = self._lag.now(self._since_start)  # (of the far end's current audio alone)
             if lag is None or self._anchor is None or not self._move(lag):
                 self._forget()
         if self._since >= JUDGE_EVERY:
@@ -238,6 +245,7 @@ class LinearStage:
         is neither heard nor taught until estimates made in the new audio say where the echo is: the frames
         are held meanwhile, and heard by the filter then."""
         self._since_start = 0
+        self._fresh = None
         self._confirmed = self._anchor is None
         self._before = self._played.copy()
         self._held.clear()
@@ -247,8 +255,8 @@ class LinearStage:
         """An estimate of the echo's lag, to a fraction of a sample (None: none due, or none clear). Two in a
         row agreeing align the filter there, where it was not yet; once aligned, the far end moves with the
         lag, and the filter keeps what it learnt, unless the echo has left its reach."""
-        if lag is None:
-            return
+        if lag is None or (self._anchor is not None and self._since_start < FRESH):
+            return  # (a window mostly of the audio before the far end started anew: the echo's old place)
         estimate, self._estimate = self._estimate, lag
         if estimate is None or abs(lag - estimate) > AGREE:
             return
@@ -263,6 +271,17 @@ class LinearStage:
             self._rehearsal.relag(self._aligned)
             # (where the held frames came out unclean, the lag found was not the echo's: held on, to the next)
             self._confirmed = self._catch_up()
+
+    def _quick(self, lag: float | None) -> None:
+        """An estimate over the audio since the far end started anew alone: two in a row agreeing say where
+        the echo is now, well before the usual estimates are of that audio."""
+        estimate, self._fresh = self._fresh, lag
+        if lag is None or estimate is None or abs(lag - estimate) > QUICK_AGREE or self._confirmed \
+                or abs(lag - self._anchor) > FOLLOWED:
+            return
+        self._move(lag)
+        self._rehearsal.relag(self._aligned)
+        self._confirmed = self._catch_up()
 
     def _move(self, lag: float) -> bool:
         """Whether the echo's lag has moved from where the filter's far end is aligned; if so the far end
