@@ -211,9 +211,10 @@ async def test_speech_over_the_reply_stops_its_audio_only_if_interruptions_are_o
 
 
 def test_backchannels_and_noises_are_told_from_words():
-    for text in ("Mm-hmm.", "Yeah.", "uh huh", "Uh-uh.", "Okay, okay.", "(coughs)", "", "[BLANK_AUDIO]", "Hmm, right."):
+    for text in ("Mm-hmm.", "Yeah.", "uh huh", "Uh-uh.", "Okay, okay.", "(coughs)", "", "[BLANK_AUDIO]", "Hmm, right.",
+                 "Thank you.", "Thanks.", "Okay, thank you."):
         assert is_backchannel(text), text
-    for text in ("Stop.", "Wait, what?", "Tell me about Spain.", "Yeah, but why?", "No"):
+    for text in ("Stop.", "Wait, what?", "Tell me about Spain.", "Yeah, but why?", "No", "Thank you, stop."):
         assert not is_backchannel(text), text
 
 

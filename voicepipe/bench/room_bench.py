@@ -4,7 +4,7 @@ server with the default models, with the audio front end on and off.
 The caller (espeak-ng's voice, unlike the assistant's Piper voice) asks the questions one at a time. Its
 microphone hears its own voice, what its loudspeaker plays of the replies through the room
 (`voicepipe.bench.speakerphone`), and the room's noise; it sends all of that in real time. In one turn of
-each room it speaks over the reply a second after it starts (a real interruption). Reported per room:
+each room it asks for a story and speaks over its reply a second after it starts (a real interruption). Reported per room:
 questions heard and their word error, replies, false barge-ins (the reply's audio cleared while the
 caller was silent), phantom transcripts (an utterance begun while the caller was silent), interruptions
 caught within 300 ms of their onset, utterances the server dropped as its own voice (and any of them begun
@@ -41,6 +41,9 @@ from voicepipe.turns.own_voice import in_order
 QUESTIONS = ["What is the capital of Italy?", "How many legs does a spider have?", "What colour is the sky?",
              "What do bees make?", "How many days are in a week?", "What is the capital of Japan?"]
 INTERRUPTION = "Stop, tell me about cats instead."
+# Asked before the interruption, and answered at length: a question answered in a word ("Rome.") had
+# ended before the interruption a second into it, and an interruption of nothing counted as missed.
+STORY = "Tell me a story about a dragon."
 REPLIES = ["The capital of Italy is Rome.", "It is known for its ancient history and its food.",
            "A spider has eight legs.", "The sky is blue on a clear day.", "Bees make honey from the nectar of flowers.",
            "There are seven days in a week."]
@@ -131,8 +134,9 @@ class SpeakerphoneCaller:
         return False
 
 
-async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.ndarray], interruption: np.ndarray,
-                   reply_rms: float, voices: list[np.ndarray], record: Path | None = None) -> dict:
+async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.ndarray],
+                   interruption: tuple[np.ndarray, np.ndarray], reply_rms: float, voices: list[np.ndarray],
+                   record: Path | None = None) -> dict:
     """One call's figures; with `record`, the caller's script (when they spoke and interrupted, and the
     figures) is written there as `<call id>.json`, beside the server's recording of the call."""
     async with websockets.connect(url, max_size=None) as ws:
@@ -148,10 +152,11 @@ async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.nda
                 _, end = caller.say(speech, text)
                 await caller.until("response.done", end, 25.0)
                 if i == 3:  # a real interruption: over the next reply, a second into its audio
-                    _, end = caller.say(questions[0], QUESTIONS[0])
+                    story, stop = interruption
+                    _, end = caller.say(story, STORY)
                     await caller.until("response.audio.delta", end, 15.0)
                     await asyncio.sleep(1.0)
-                    start, end = caller.say(interruption, INTERRUPTION)
+                    start, end = caller.say(stop, INTERRUPTION)
                     onsets.append(start)
                     await caller.until("response.done", end, 25.0)
                 await asyncio.sleep(2.0)  # the echo's tail, and a pause before the next question
@@ -307,7 +312,7 @@ async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_sentences: l
     """The calls of each room and front-end setting, then the interruption tries; with `record`, each call's
     recording (the server's) and script (the caller's) are written there, for `bench replay`."""
     questions = [espeak_audio("en-us", q) for q in QUESTIONS]
-    interruption = espeak_audio("en-us", INTERRUPTION)
+    interruption = espeak_audio("en-us", STORY), espeak_audio("en-us", INTERRUPTION)
     voices = [espeak_audio(v, s) for v in ("en-gb", "en+f3", "en-us") for s in BABBLE]
     reply_rms = active_rms(np.concatenate(reply_sentences))
     if record is not None:

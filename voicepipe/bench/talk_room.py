@@ -24,7 +24,16 @@ import numpy as np
 
 from voicepipe.audio import to_pcm16
 from voicepipe.bench.room import RATE, active_rms, overlay
-from voicepipe.bench.room_bench import BABBLE, INTERRUPTION, QUESTIONS, VOICE_RMS, Heard, caller_noise, figures
+from voicepipe.bench.room_bench import (
+    BABBLE,
+    INTERRUPTION,
+    QUESTIONS,
+    STORY,
+    VOICE_RMS,
+    Heard,
+    caller_noise,
+    figures,
+)
 from voicepipe.bench.room_cases import RoomCase
 from voicepipe.bench.sound_server import sound_server
 from voicepipe.bench.speakerphone import SELF_NOISE, Loudspeaker
@@ -46,7 +55,6 @@ PULSE_FORMAT = [f"--rate={RATE}", "--channels=1", "--format=s16le"]
 MIC_LATENCY = "--latency-msec=100"
 AIR_NICE = -10
 SPEAKER_LATENCY = "--latency-msec=20"
-STORY = "Tell me a story about a dragon."  # answered at length, and interrupted 1.5 s into its audio
 # The call's events as `bench room` reads them off the wire, so one set of figures serves both.
 WIRE = {SpeechStarted: "input_audio_buffer.speech_started", PlaybackCleared: "output_audio_buffer.cleared",
         ResponseCreated: "response.created",

@@ -25,9 +25,11 @@ from voicepipe.pipeline.engine_port import Engine
 if TYPE_CHECKING:
     from voicepipe.pipeline.conversation import Conversation
 
-# Words of backchannels and fillers, hyphenated ones by their parts ("mm-hmm", "uh-huh", "uh-uh").
+# Words of backchannels and fillers, hyphenated ones by their parts ("mm-hmm", "uh-huh", "uh-uh"). A thanks
+# said over the reply lets it go on too; it is also what Whisper makes of a burst of noise ("Thank you.",
+# "you"), which on a speakerphone is the echo's residue at a reply's start.
 BACKCHANNELS = {"mm", "mmm", "hm", "hmm", "mhm", "mmhmm", "uh", "um", "ah", "oh", "huh", "aha", "yeah", "yes",
-                "yep", "ok", "okay", "right", "sure", "i", "see", "got", "it"}
+                "yep", "ok", "okay", "right", "sure", "i", "see", "got", "it", "thanks", "thank", "you"}
 _NOISE = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")  # Whisper's "(coughs)", "[noise]", "*sigh*"
 
 
