@@ -170,6 +170,9 @@ def test_the_far_end_says_where_it_started_anew_after_a_gap():
     for i in range(1, 600):  # a reply longer than the far end is kept: its start forgotten, nothing new
         far.play(10.1 + 0.02 * i, tone, 10.1 + 0.02 * i)
     assert far.started(21.0, 320) is None
+    far.play(30.0, tone, 30.0)  # its audio came after the microphone's piece it starts in was read
+    assert far.started(30.04, 320) == 0  # told at the next piece, not never
+    assert far.started(30.06, 320) is None  # and once
 
 
 def test_a_replys_chunks_played_back_to_back_are_one_stream_in_the_far_end():

@@ -273,7 +273,7 @@ async def test_a_barge_in_leaves_a_tool_running_when_asked_and_its_result_is_ans
     caller's words are answered first, and a reply of its own answers with the result once it lands; by
     default the barge-in cancels the call with the reply, and nothing answers it later."""
     policy = McpPolicy(allowed_urls=(weather,), call_timeout_s=5.0)
-    replies = {**REPLIES, "Thanks.": "You are welcome."}
+    replies = {**REPLIES, "Never mind.": "All right."}
     async with fake_server(Limits(), reply=FORECAST, replies=replies, heard="And in Quito?", mcp=policy) as (
             server, engine):
         async with connect_ws(f"ws://127.0.0.1:{server.port}/v1/realtime") as ws:
@@ -299,13 +299,13 @@ async def test_a_barge_in_leaves_a_tool_running_when_asked_and_its_result_is_ans
             await until("mcp_list_tools.completed")
             await speak()
             await until("response.mcp_call.in_progress")  # slow_forecast: 1.5 s
-            engine.asr.text = "Thanks."
+            engine.asr.text = "Never mind."
             await speak()
             first = await until("response.done")
             assert first["response"]["status"] == "cancelled"
             assert first["response"]["status_details"]["reason"] == "turn_detected"
-            thanks = await until("response.done")
-            assert thanks["response"]["output"][0]["content"][0]["transcript"] == "You are welcome."
+            answered = await until("response.done")
+            assert answered["response"]["output"][0]["content"][0]["transcript"] == "All right."
             if interrupt:
                 with pytest.raises(TimeoutError):
                     await until("response.done", timeout_s=3.0)

@@ -4,13 +4,14 @@ server with the default models, with the audio front end on and off.
 The caller (espeak-ng's voice, unlike the assistant's Piper voice) asks the questions one at a time. Its
 microphone hears its own voice, what its loudspeaker plays of the replies through the room
 (`voicepipe.bench.speakerphone`), and the room's noise; it sends all of that in real time. In one turn of
-each room it asks for a story and speaks over its reply a second after it starts (a real interruption). Reported per room:
-questions heard and their word error, replies, false barge-ins (the reply's audio cleared while the
-caller was silent), phantom transcripts (an utterance begun while the caller was silent), interruptions
-caught within 300 ms of their onset, utterances the server dropped as its own voice (and any of them begun
-while the caller spoke: their words lost), first audio from the question's last word, and the front end's CPU
-per call (the front end run again over the call's recorded microphone and loudspeaker audio). With several
-calls a room their figures are summed, and each false barge-in and phantom is listed with where it came.
+each room it asks for a story and speaks over its reply a second into its audio (a real interruption).
+Reported per room: questions heard and their word error, replies, false barge-ins (the reply's audio cleared
+while the caller was silent), phantom transcripts (an utterance begun while the caller was silent),
+interruptions caught within 300 ms of their onset, utterances the server dropped as its own voice (and any
+of them begun while the caller spoke: their words lost), first audio from the question's last word, and the
+front end's CPU per call (the front end run again over the call's recorded microphone and loudspeaker
+audio). With several calls a room their figures are summed, and each false barge-in and phantom is listed
+with where it came.
 """
 
 import asyncio
@@ -125,6 +126,23 @@ class SpeakerphoneCaller:
             elif event["type"] == "output_audio_buffer.cleared" and self.speaker is not None:
                 self.speaker.clear(self.sent)
 
+    async def into_audio(self, seconds: float, timeout_s: float = 20.0) -> None:
+        """Until the loudspeaker has played `seconds` of reply audio on end (a reply may pause between its
+        first phrase and its next sentence; an interruption there has nothing to stop); without one, the
+        time alone."""
+        if self.speaker is None:
+            await asyncio.sleep(seconds)
+            return
+        since, end = None, time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if not self.speaker.playing(self.sent):
+                since = None
+            elif since is None:
+                since = self.sent
+            elif self.sent - since >= seconds * RATE:
+                return
+            await asyncio.sleep(FRAME / RATE)
+
     async def until(self, kind: str, after: int, timeout_s: float) -> bool:
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
@@ -155,7 +173,7 @@ async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.nda
                     story, stop = interruption
                     _, end = caller.say(story, STORY)
                     await caller.until("response.audio.delta", end, 15.0)
-                    await asyncio.sleep(1.0)
+                    await caller.into_audio(1.0)
                     start, end = caller.say(stop, INTERRUPTION)
                     onsets.append(start)
                     await caller.until("response.done", end, 25.0)

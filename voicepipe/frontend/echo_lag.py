@@ -6,7 +6,8 @@ A linear canceller models the echo sample by sample, so its far end must stay wh
 within a fraction of a sample; a break in a sound card's stream (an underrun) or a client's playback buffer
 moves it by milliseconds at a time, and a second card's clock drifts from the first's. Frames' levels
 (`EchoPath.lag`) place the echo to 10 ms; this places it to a fraction of a sample (the correlation's peak
-refined by a parabola through its neighbours) a few hundred milliseconds into each reply, so the filter's
+refined by a parabola through its neighbours) a few hundred milliseconds into each reply (or over the audio
+since the far end started anew alone, `now(frames)`, sooner), so the filter's
 far end can be moved with it rather than the room learnt again. On the bench's calls the refined estimates
 of one reply's echo stood within 0.05 samples of each other.
 

@@ -15,7 +15,9 @@ took down to the room's noise counting as clean. A quarter of the frames may hol
 voice the filter leaves (0 dB removed) without unproving it. When the latest frames fall under DOUBT_DB (a
 room that changed, a phone leg whose delay moved) the filter starts again from nothing and AEC3's output is
 heard meanwhile. Where the far end starts anew after a gap, it is not heard until the echo's lag is found
-again (`restarted`).
+again (`restarted`), from the new audio alone where the filter was proven (`_quick`): 0.1-0.3 s into the
+reply, by the echo's delay, where the usual half-second window waited 0.4 s for the old audio to leave it
+and AEC3, heard meanwhile, let the echo's start through.
 
 (Fed AEC3 with the linear filter's output instead, the two did better in a long stream, but in a call of
 short replies, cut early, the filter's first seconds left AEC3 an echo path it could not follow: the echo

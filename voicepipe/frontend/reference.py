@@ -25,6 +25,7 @@ REANCHOR_S = 0.5  # a gap in the microphone stream longer than this (a muted cli
 # A chunk due within this of the last one's end continues it (the output stage queues each at the last one's
 # end to the bit; a later one found the client's queue run dry)
 CONTINUES_S = 0.001
+LATE_S = 0.5  # a start told this late still holds the filter; one older is long past (the far end was not read)
 BURST_S = 0.25  # audio arriving this far ahead of real time is no live microphone's (a file streamed fast)
 
 
@@ -64,12 +65,17 @@ class FarEnd:
             self._starts.popleft()
 
     def started(self, start: float, n: int) -> int | None:
-        """The sample of the `n` from `start` at which the far end started anew after a gap, if it did."""
-        for at in self._starts:
-            offset = int(round((at - start) * RATE))
-            if 0 <= offset < n:
-                return offset
-        return None
+        """The sample of the `n` from `start` (the microphone's next piece, in order) at which the far end
+        started anew after a gap, if it did; told once. A start not yet told that lies before the piece is
+        told at its first sample: the audio that starts it can reach the front end after the microphone's piece
+        it starts in (the call's own work held it up), and a start never told left a filter heard at the last
+        reply's lag (the echo came through whole, and barged in)."""
+        found = None
+        while self._starts and int(round((self._starts[0] - start) * RATE)) < n:
+            at = self._starts.popleft()
+            if start - at <= LATE_S:
+                found = max(0, int(round((at - start) * RATE)))
+        return found
 
     def cut(self, at: float) -> None:
         """The caller dropped what it had queued at `at`: nothing after it played, and what comes next is
