@@ -126,13 +126,13 @@ class SpeakerphoneCaller:
             elif event["type"] == "output_audio_buffer.cleared" and self.speaker is not None:
                 self.speaker.clear(self.sent)
 
-    async def into_audio(self, seconds: float, timeout_s: float = 20.0) -> None:
+    async def into_audio(self, seconds: float, timeout_s: float = 10.0) -> bool:
         """Until the loudspeaker has played `seconds` of reply audio on end (a reply may pause between its
         first phrase and its next sentence; an interruption there has nothing to stop); without one, the
-        time alone."""
+        time alone. False where the reply never played so long: there is nothing to interrupt."""
         if self.speaker is None:
             await asyncio.sleep(seconds)
-            return
+            return True
         since, end = None, time.monotonic() + timeout_s
         while time.monotonic() < end:
             if not self.speaker.playing(self.sent):
@@ -140,8 +140,9 @@ class SpeakerphoneCaller:
             elif since is None:
                 since = self.sent
             elif self.sent - since >= seconds * RATE:
-                return
+                return True
             await asyncio.sleep(FRAME / RATE)
+        return False
 
     async def until(self, kind: str, after: int, timeout_s: float) -> bool:
         end = time.monotonic() + timeout_s
@@ -173,10 +174,10 @@ async def run_case(url: str, case: RoomCase, front: bool, questions: list[np.nda
                     story, stop = interruption
                     _, end = caller.say(story, STORY)
                     await caller.until("response.audio.delta", end, 15.0)
-                    await caller.into_audio(1.0)
-                    start, end = caller.say(stop, INTERRUPTION)
-                    onsets.append(start)
-                    await caller.until("response.done", end, 25.0)
+                    if await caller.into_audio(1.0):  # (a story told in a phrase is not interrupted)
+                        start, end = caller.say(stop, INTERRUPTION)
+                        onsets.append(start)
+                        await caller.until("response.done", end, 25.0)
                 await asyncio.sleep(2.0)  # the echo's tail, and a pause before the next question
         finally:
             for task in tasks:
