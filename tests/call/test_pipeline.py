@@ -96,13 +96,19 @@ async def test_a_speculative_reply_is_dropped_unheard_when_the_caller_goes_on():
     assert [i["role"] for i in call.conversation.items] == ["user", "assistant"]
     await call.close()
 
-async def test_only_the_first_piece_of_a_reply_may_end_at_a_clause():
+async def test_the_first_piece_of_a_reply_ends_at_a_clause_and_later_ones_only_when_long():
     turn = Turn("resp_1", "req_1", "item_1", 0.0, 1.0)
     deltas = ["Well, as you know, the answer", " is Paris, of course. It", " is big, old, and lovely. "]
     out, _ = await run_stage(SentenceAggregator(), [*(TextDelta(turn, d) for d in deltas),
                                                                     TextDone(turn, Reply())])
     sentences = [e.text for e in out if type(e).__name__ == "Sentence"]
     assert sentences == ["Well, as you know,", "the answer is Paris, of course.", "It is big, old, and lovely."]
+    story = ("Once upon a time, in a land far, far away, there lived a fierce dragon named Ember, who loved to fly "
+             "over the mountains and breathe fire on the villages below, and all the people there feared him.")
+    out, _ = await run_stage(SentenceAggregator(), [TextDelta(turn, story + " "), TextDone(turn, Reply())])
+    pieces = [e.text for e in out if type(e).__name__ == "Sentence"]
+    assert pieces[:2] == ["Once upon a time,", "in a land far, far away, there lived a fierce dragon named Ember,"]
+    assert all(len(p.split()) <= 20 for p in pieces) and " ".join(pieces) == story
 
 
 async def test_the_llm_deadline_follows_the_audio_the_caller_has_buffered():

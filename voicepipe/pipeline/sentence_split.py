@@ -46,11 +46,12 @@ class FirstPhrase:
                     and after[0].lower().strip(",;:") in BREAK_WORDS)
 
 
-def split_ready(text: str, first: FirstPhrase | None) -> tuple[list[str], str]:
+def split_ready(text: str, first: FirstPhrase | None, later: FirstPhrase | None = None) -> tuple[list[str], str]:
     """Cut the pieces that are complete off the front of `text`; return them and the rest.
 
     A piece ends at a sentence end or a line break followed by whitespace (the next delta may otherwise
-    still extend "3." into "3.5"). With `first`, the first piece may also end early, at a phrase.
+    still extend "3." into "3.5"). With `first`, the first piece may also end early, at a phrase; with
+    `later`, so may the others, at theirs.
     """
     pieces: list[str] = []
     start = 0
@@ -60,7 +61,8 @@ def split_ready(text: str, first: FirstPhrase | None) -> tuple[list[str], str]:
             continue
         piece = text[start:i + 1]
         sentence = ch == "\n" or (ch in SENTENCE_ENDS and not (ch == "." and _abbreviation(piece)))
-        phrase = first is not None and not pieces and not ch.isspace() and first.ends(piece, ch, text[i + 1:])
+        rule = later if pieces or first is None else first
+        phrase = rule is not None and not ch.isspace() and rule.ends(piece, ch, text[i + 1:])
         if (sentence or phrase) and piece.strip():
             pieces.append(piece.strip())
             start = i + 1
