@@ -126,10 +126,11 @@ class SpeakerphoneCaller:
             elif event["type"] == "output_audio_buffer.cleared" and self.speaker is not None:
                 self.speaker.clear(self.sent)
 
-    async def into_audio(self, seconds: float, timeout_s: float = 10.0) -> bool:
-        """Until the loudspeaker has played `seconds` of reply audio on end (a reply may pause between its
-        first phrase and its next sentence; an interruption there has nothing to stop); without one, the
-        time alone. False where the reply never played so long: there is nothing to interrupt."""
+    async def into_audio(self, seconds: float, ahead_s: float = 0.5, timeout_s: float = 10.0) -> bool:
+        """Until the loudspeaker has played `seconds` of reply audio on end and holds `ahead_s` more (a reply
+        may pause after its first phrase; an interruption there has nothing to stop, and one begun as the
+        phrase ends barges in after it); without one, the time alone. False where the reply never played so
+        long: there is nothing to interrupt."""
         if self.speaker is None:
             await asyncio.sleep(seconds)
             return True
@@ -139,7 +140,7 @@ class SpeakerphoneCaller:
                 since = None
             elif since is None:
                 since = self.sent
-            elif self.sent - since >= seconds * RATE:
+            elif self.sent - since >= seconds * RATE and self.speaker.queue_end - self.sent >= ahead_s * RATE:
                 return True
             await asyncio.sleep(FRAME / RATE)
         return False
