@@ -6,9 +6,9 @@ from voicepipe.pipeline.stage import Stage
 from voicepipe.pipeline.turn import Mark, Turn
 
 # A later piece ends before its sentence only once it is long: at a clause mark past 40 characters, before a
-# break word past 10 words, after 20 words whatever follows. Whole sentences sound more natural, but a
-# small LLM's story runs one sentence on for a hundred tokens: its first phrase played a second, then the
-# caller heard 3-11 s of nothing while the rest of the sentence was written (measured on `bench room`).
+# break word past 10 words, after 20 words whatever follows. Whole sentences sound more natural, but a run-on
+# sentence (a small LLM's story can run one on for a hundred tokens) would keep the caller waiting for its
+# end while the audio before it runs out.
 LATER = FirstPhrase(clause_chars=40, min_words=10, max_words=20)
 
 
