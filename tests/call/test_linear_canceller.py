@@ -127,27 +127,36 @@ def test_when_the_echo_comes_a_few_milliseconds_later_the_filter_follows_it_and_
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
 
 
+def next_reply(room: Room, told_late: int = 0, seconds: float = 6.0
+               ) -> tuple[np.ndarray, np.ndarray, list[bool], list[str]]:
+    """A filter trusted after 30 s of replies in LOUD_ROOM, then the next reply (audio it has not heard)
+    through `room` for `seconds`, its far end told `told_late` samples late and starting anew at its first
+    frame: the microphone, the output, and per frame whether the filter was trusted and whose output the
+    call heard."""
+    processing = AudioProcessing(echo=True, noise=None)
+    run(processing, LOUD_ROOM, reply_audio(30.0))
+    assert processing.linear.trusted
+    reply = reply_audio(36.0)[30 * RATE:]
+    speaker = Loudspeaker(room, CALLER_RMS, active_rms(reply))
+    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
+    told = np.concatenate([np.zeros(told_late, np.float32), speaker.played])  # the far end as the server places it
+    mics, outs, trusted, shown = [], [], [], []
+    for at in range(0, int(seconds * RATE) // FRAME * FRAME, FRAME):
+        mics.append(speaker.echo(at + FRAME, FRAME))
+        outs.append(processing.process(mics[-1], told[at:at + FRAME], 0 if at == 0 else None))
+        trusted.append(processing.linear.trusted)
+        shown.append(processing.canceller)
+    assert processing.linear.proven
+    return np.concatenate(mics), np.concatenate(outs), trusted, shown
+
+
 def test_where_the_far_end_starts_anew_the_filter_is_heard_again_once_it_has_found_the_echo_moved_a_frame():
     """A client whose queue ran dry starts the next reply on its own next 20 ms frame: the echo comes 20 ms
     later than in the last reply. The filter, out of line by that, is not heard until the echo's lag is
     found in the new audio; then it follows it, and still knows the room."""
-    processing = AudioProcessing(echo=True, noise=None)
-    run(processing, LOUD_ROOM, reply_audio(30.0))
-    assert processing.linear.trusted
-    later = Room(delay_ms=140, rt60_s=0.45, echo_db=6.0, seed=1)
-    reply = reply_audio(36.0)[30 * RATE:]  # audio the filter has not heard
-    speaker = Loudspeaker(later, CALLER_RMS, active_rms(reply))
-    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
-    mics, outs, trusted, shown = [], [], [], []
-    for at in range(0, len(reply) // FRAME * FRAME, FRAME):
-        mics.append(speaker.echo(at + FRAME, FRAME))
-        outs.append(processing.process(mics[-1], speaker.played[at:at + FRAME], 0 if at == 0 else None))
-        trusted.append(processing.linear.trusted)
-        shown.append(processing.canceller)
+    mic, out, trusted, shown = next_reply(Room(delay_ms=140, rt60_s=0.45, echo_db=6.0, seed=1))
     assert not any(trusted[:30]) and all(trusted[100:])  # heard again within a second
-    assert processing.linear.proven
     assert [s == "linear" for s in shown] == trusted  # the page says which canceller's output the call hears
-    mic, out = np.concatenate(mics), np.concatenate(outs)
     late = slice(4 * RATE, len(out))
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
 
@@ -157,20 +166,8 @@ def test_an_echo_one_sample_later_than_the_last_replys_moves_the_far_end_with_it
     sample out of line, the filter takes 10-15 dB off instead of 30, is doubted and learns the room again
     (on recorded calls, the echo barged in first); the far end follows it instead, and the filter stays
     heard."""
-    processing = AudioProcessing(echo=True, noise=None)
-    run(processing, LOUD_ROOM, reply_audio(30.0))
-    assert processing.linear.trusted
-    reply = reply_audio(36.0)[30 * RATE:]
-    speaker = Loudspeaker(LOUD_ROOM, CALLER_RMS, active_rms(reply))
-    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
-    told = np.concatenate([np.zeros(1, np.float32), speaker.played])  # the far end as the server places it
-    mics, outs, trusted = [], [], []
-    for at in range(0, len(reply) // FRAME * FRAME, FRAME):
-        mics.append(speaker.echo(at + FRAME, FRAME))
-        outs.append(processing.process(mics[-1], told[at:at + FRAME], 0 if at == 0 else None))
-        trusted.append(processing.linear.trusted)
+    mic, out, trusted, _ = next_reply(LOUD_ROOM, told_late=1)
     assert all(trusted[100:])
-    mic, out = np.concatenate(mics), np.concatenate(outs)
     late = slice(2 * RATE, len(out))
     assert active_rms(out[late]) < active_rms(mic[late]) * 10 ** (-20 / 20)
 
@@ -180,21 +177,9 @@ def test_where_the_far_end_starts_anew_the_filter_is_heard_again_as_soon_as_the_
     it within 0.3 s (the echo 120 ms late), where those over the usual half-second window waited for the old
     audio to leave it (0.49 s here). AEC3, heard meanwhile, lets a reply's first echo through (on recorded
     calls, the false barge-ins left came there)."""
-    processing = AudioProcessing(echo=True, noise=None)
-    run(processing, LOUD_ROOM, reply_audio(30.0))
-    assert processing.linear.trusted
-    reply = reply_audio(36.0)[30 * RATE:]
-    speaker = Loudspeaker(LOUD_ROOM, CALLER_RMS, active_rms(reply))
-    speaker.receive((reply * 32767).astype(np.int16), RATE, 0)
-    told = np.concatenate([np.zeros(8, np.float32), speaker.played])
-    mics, outs, trusted = [], [], []
-    for at in range(0, RATE, FRAME):
-        mics.append(speaker.echo(at + FRAME, FRAME))
-        outs.append(processing.process(mics[-1], told[at:at + FRAME], 0 if at == 0 else None))
-        trusted.append(processing.linear.trusted)
+    mic, out, trusted, _ = next_reply(LOUD_ROOM, told_late=8, seconds=1.0)
     first = trusted.index(True)
     assert first <= 30 and all(trusted[first:])
-    mic, out = np.concatenate(mics), np.concatenate(outs)
     heard = slice(first * FRAME, 40 * FRAME)  # and takes the echo out from there
     assert active_rms(out[heard]) < active_rms(mic[heard]) * 10 ** (-15 / 20)
 

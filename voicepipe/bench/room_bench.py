@@ -223,6 +223,11 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     began = {e["item_id"]: e["audio_start_ms"] * RATE // 1000 for _, e in h.events
              if e["type"] == "input_audio_buffer.speech_started" and "audio_start_ms" in e}
 
+    def in_words(start: int) -> bool:
+        """Whether an utterance the VAD began at `start` (its padding half a second at most before the first
+        word) began within the caller's words."""
+        return any(s[0] - RATE // 2 <= start <= s[1] for s in spoken)
+
     def phantom(at: int, item_id: str | None, text: str) -> bool:
         """Whether an utterance began while the caller was silent (the VAD's start, with its padding, at most
         half a second before their first word and no later than their last) and is not their words (begun
@@ -231,8 +236,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         word. (Counted where it has words: one of none is no turn.)"""
         if item_id in began:
             start = began[item_id]
-            return not any(s[0] - RATE // 2 <= start <= s[1] or start <= s[0] <= at and holds(text, s[2])
-                           for s in spoken)
+            return not (in_words(start) or any(start <= s[0] <= at and holds(text, s[2]) for s in spoken))
         return not spoken_at(spoken, at, 3 * RATE)
 
     cleared = [at for at, e in h.events if e["type"] == "output_audio_buffer.cleared"]
@@ -265,7 +269,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
     dropped = [(e, began.get(e.get("item_id"), at)) for at, e in h.events
                if e["type"] == "conversation.item.deleted" and "reason" in e]
     lost = [{**placed(h, start), "transcript": e["transcript"], "reason": e["reason"]} for e, start in dropped
-            if any(s[0] - RATE // 2 <= start <= s[1] for s in spoken)]
+            if in_words(start)]
     phantoms = [{**placed(h, began.get(item_id, at)), "transcript": text,
                  "answered": answered(at, began.get(item_id, at))}
                 for at, text, item_id in transcripts if words(text) and phantom(at, item_id, text)]

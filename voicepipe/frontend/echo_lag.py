@@ -39,7 +39,7 @@ class EchoLag:
         window, reach = int(WINDOW_S * rate) // frame, int(MAX_LAG_S * rate) // frame
         self._near: deque[np.ndarray] = deque(maxlen=window)
         self._far: deque[np.ndarray] = deque(maxlen=window + reach)
-        self._reach = reach * frame
+        self._reach, self._reach_frames = reach * frame, reach
         self._size = 1 << int(np.ceil(np.log2(window * frame + self._reach)))
         freqs = np.fft.rfftfreq(self._size, 1 / rate)
         self._band = (freqs >= BAND[0]) & (freqs <= BAND[1])
@@ -61,7 +61,7 @@ class EchoLag:
         if len(self._far) < self._far.maxlen:
             return None
         frames = len(self._near) if frames is None else min(frames, len(self._near))
-        far = np.concatenate(list(self._far)[-(frames + self._reach // len(self._far[0])):])
+        far = np.concatenate(list(self._far)[-(frames + self._reach_frames):])
         near = np.concatenate(list(self._near)[-frames:])
         if np.mean(np.square(far[self._reach:], dtype=np.float64)) < FAR_ACTIVE:
             return None

@@ -270,9 +270,7 @@ class LinearStage:
         else:
             self._move(lag)
         if not self._confirmed and self._since_start >= FRESH:  # both mostly of the audio since it started
-            self._rehearsal.relag(self._aligned)
-            # (where the held frames came out unclean, the lag found was not the echo's: held on, to the next)
-            self._confirmed = self._catch_up()
+            self._confirm()
 
     def _quick(self, lag: float | None) -> None:
         """An estimate over the audio since the far end started anew alone: two in a row agreeing say where
@@ -282,6 +280,11 @@ class LinearStage:
                 or abs(lag - self._anchor) > FOLLOWED:
             return
         self._move(lag)
+        self._confirm()
+
+    def _confirm(self) -> None:
+        """The echo's lag found since the far end started anew: the held frames through the filter there.
+        (Where they came out unclean, the lag found was not the echo's: held on, to the next.)"""
         self._rehearsal.relag(self._aligned)
         self._confirmed = self._catch_up()
 
