@@ -118,6 +118,20 @@ def test_bench_room_places_each_false_barge_in_and_sums_calls_per_100_replies():
     assert len(both["calls"]) == 2 and both["false_barge_in_at"] == call["false_barge_in_at"]
 
 
+def test_bench_room_counts_a_question_whose_reply_began_before_its_last_word_as_cut():
+    """A reply begun while the caller still spoke is a premature end of turn; one begun after is not, nor
+    one begun during an interruption (which is meant to stop a reply, not to be answered whole)."""
+    from voicepipe.bench.room import RATE
+    from voicepipe.bench.room_bench import INTERRUPTION, Heard, figures
+
+    spoken = [(RATE, 3 * RATE, "What is the capital of Italy?"), (6 * RATE, 8 * RATE, INTERRUPTION)]
+    heard = Heard(spoken=spoken, events=[(3 * RATE + RATE // 2, {"type": "response.created"}),
+                                         (7 * RATE, {"type": "response.created"})])
+    assert figures(heard, [], front=True)["questions_cut"] == 0
+    heard.events.append((2 * RATE, {"type": "response.created"}))
+    assert figures(heard, [], front=True)["questions_cut"] == 1
+
+
 def test_bench_room_counts_an_utterance_begun_after_the_callers_last_word_as_a_phantom():
     """The echo of a reply's start heard as "Thank you." half a second after the question: a phantom, though
     its transcript comes within the seconds a question's own transcript may take."""

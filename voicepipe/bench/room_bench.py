@@ -5,7 +5,8 @@ The caller (espeak-ng's voice, unlike the assistant's Piper voice) asks the ques
 microphone hears its own voice, what its loudspeaker plays of the replies through the room
 (`voicepipe.bench.speakerphone`), and the room's noise; it sends all of that in real time. In one turn of
 each room it asks for a story and speaks over its reply a second into its audio (a real interruption).
-Reported per room: questions heard and their word error, replies, false barge-ins (the reply's audio cleared
+Reported per room: questions heard and their word error, replies, questions cut (a reply begun before the
+caller's last word: a premature end of turn), false barge-ins (the reply's audio cleared
 while the caller was silent), phantom transcripts (an utterance begun while the caller was silent),
 interruptions caught within 300 ms of their onset, utterances the server dropped as its own voice (and any
 of them begun while the caller spoke: their words lost), first audio from the question's last word, and the
@@ -128,7 +129,7 @@ class SpeakerphoneCaller:
 
     async def into_audio(self, seconds: float, ahead_s: float = 0.5, timeout_s: float = 10.0) -> bool:
         """Until the loudspeaker has played `seconds` of reply audio on end and holds `ahead_s` more (a reply
-        may pause after its first phrase; an interruption there has nothing to stop, and one begun as the
+        may be a phrase, over in under a second; an interruption there has nothing to stop, and one begun as the
         phrase ends barges in after it); without one, the time alone. False where the reply never played so
         long: there is nothing to interrupt."""
         if self.speaker is None:
@@ -240,6 +241,9 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
         return not spoken_at(spoken, at, 3 * RATE)
 
     cleared = [at for at, e in h.events if e["type"] == "output_audio_buffer.cleared"]
+    created = [at for at, e in h.events if e["type"] == "response.created"]
+    # A question whose turn the server ended before the caller's last word: a reply begun while they spoke.
+    cut = [s for s in spoken if s[2] != INTERRUPTION and any(s[0] < c < s[1] for c in created)]
     errors = total = heard = 0
     for start, end, text in spoken:
         if text == INTERRUPTION:
@@ -256,7 +260,6 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
             ttfa.append((first - end) / RATE)
     cpu = front_end_cpu(h) if h.far else None
     false = [c for c in cleared if not spoken_at(spoken, c, RATE // 2)]
-    created = [at for at, e in h.events if e["type"] == "response.created"]
 
     def answered(at: int, start: int) -> bool:
         """Whether a reply began after a transcript that came at `at`, of an utterance begun at `start`,
@@ -275,7 +278,7 @@ def figures(h: Heard, onsets: list[int], front: bool) -> dict:
                 for at, text, item_id in transcripts if words(text) and phantom(at, item_id, text)]
     return {"questions": sum(1 for s in spoken if s[2] != INTERRUPTION), "heard": heard, "utterances": len(spoken),
             "word_error": errors / max(1, total), "word_errors": errors, "words": total,
-            "replies": len(created),
+            "replies": len(created), "questions_cut": len(cut),
             "false_barge_ins": len(false), "false_barge_in_at": [placed(h, at) for at in false],
             "phantom_transcripts": len(phantoms), "phantom_at": phantoms,
             "replies_to_own_voice": sum(1 for p in phantoms if p["answered"]),
@@ -305,7 +308,7 @@ def merged(calls: list[dict]) -> dict:
     """One room's figures over several calls: counts summed, word error over all words, first audio's p50
     over every reply, false barge-ins per 100 replies; each call's own figures under "calls"."""
     total = {key: sum(c[key] for c in calls) for key in (
-        "questions", "heard", "utterances", "word_errors", "words", "replies", "false_barge_ins",
+        "questions", "heard", "utterances", "word_errors", "words", "replies", "questions_cut", "false_barge_ins",
         "replies_to_own_voice", "phantom_transcripts", "dropped", "callers_words_dropped",
         "speech_started_while_silent", "interruptions_caught_300ms", "interruptions")}
     ttfa = [t for c in calls for t in c["first_audio_s"]]
@@ -384,16 +387,17 @@ def print_barge_in(report: dict) -> None:
 
 
 def print_room(report: dict) -> None:
-    print(f"{'room':34} {'front end':9} {'heard':>7} {'WER':>5} {'replies':>8} {'false b-i':>9} {'per 100':>7} "
-          f"{'phantom':>7} {'answered':>8} {'dropped':>7} {'interrupt':>9} {'first audio':>11} {'CPU ms/s':>8}")
+    print(f"{'room':34} {'front end':9} {'heard':>7} {'WER':>5} {'replies':>8} {'cut':>3} {'false b-i':>9} "
+          f"{'per 100':>7} {'phantom':>7} {'answered':>8} {'dropped':>7} {'interrupt':>9} {'first audio':>11} "
+          f"{'CPU ms/s':>8}")
     for name, runs in report["cases"].items():
         for which, r in runs.items():
             fa = "-" if r["first_audio_p50_s"] is None else f"{r['first_audio_p50_s']:.2f} s"
             cpu = "-" if r["front_end_cpu_ms_per_s"] is None else f"{r['front_end_cpu_ms_per_s']:.1f}"
             per_100 = 100 * r["false_barge_ins"] / max(1, r["replies"])
             print(f"{name:34} {which:9} {r['heard']:>3}/{r['questions']:<3} {r['word_error']:5.2f} "
-                  f"{r['replies']:>4}/{r['utterances']:<3} {r['false_barge_ins']:>9} {per_100:>7.1f} "
-                  f"{r['phantom_transcripts']:>7} {r['replies_to_own_voice']:>8} {r['dropped']:>7} "
+                  f"{r['replies']:>4}/{r['utterances']:<3} {r['questions_cut']:>3} {r['false_barge_ins']:>9} "
+                  f"{per_100:>7.1f} {r['phantom_transcripts']:>7} {r['replies_to_own_voice']:>8} {r['dropped']:>7} "
                   f"{r['interruptions_caught_300ms']:>7}/{r['interruptions']:<1} "
                   f"{fa:>11} {cpu:>8}")
     for name, runs in report["cases"].items():
