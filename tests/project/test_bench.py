@@ -132,6 +132,38 @@ def test_bench_room_counts_a_question_whose_reply_began_before_its_last_word_as_
     assert figures(heard, [], front=True)["questions_cut"] == 1
 
 
+def test_bench_room_interrupts_only_a_reply_still_playing_in_a_room_without_echo():
+    """With headphones (no echo path) the caller still plays the reply: a reply of a phrase, over before a
+    second of it has played, is not interrupted (an interruption of nothing would count as missed); a long
+    one is, once it has played a second with half a second still to come."""
+    import asyncio
+
+    import numpy as np
+
+    from voicepipe.bench.room import RATE
+    from voicepipe.bench.room_bench import FRAME, SpeakerphoneCaller
+    from voicepipe.bench.room_cases import CASES
+
+    async def interrupted(reply_s: float) -> bool:
+        caller = SpeakerphoneCaller(None, CASES[0], reply_rms=0.05, voices=[])
+        assert CASES[0].room is None
+
+        async def clock() -> None:  # the microphone's samples, in real time
+            while True:
+                await asyncio.sleep(FRAME / RATE)
+                caller.sent += FRAME
+
+        ticking = asyncio.create_task(clock())
+        caller.speaker.receive(np.full(int(reply_s * 16000), 1000, np.int16), 16000, caller.sent)
+        try:
+            return await caller.into_audio(1.0, timeout_s=2.5)
+        finally:
+            ticking.cancel()
+
+    assert not asyncio.run(interrupted(0.7))
+    assert asyncio.run(interrupted(3.0))
+
+
 def test_bench_room_counts_an_utterance_begun_after_the_callers_last_word_as_a_phantom():
     """The echo of a reply's start heard as "Thank you." half a second after the question: a phantom, though
     its transcript comes within the seconds a question's own transcript may take."""

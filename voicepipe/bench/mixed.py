@@ -205,7 +205,8 @@ def print_mixed(report: dict) -> None:
               f"  {'met' if r['target_met'] else 'missed'}")
     print("TTFA: the calls' time to first audio (s) from the last speech sample; on time: the server met the "
           "deadline (from the caller's last voiced frame) and the caller heard audio within it; server: the "
-          "server met it; API: tokens/s; TTFT: s")
+          "server met it; API: tokens/s; TTFT: s, of the requests sent within the phase (nan where none of them "
+          "had its first token before the streams stopped)")
     for policy, r in report["policies"].items():
         print(f"{policy:8} {r['calls']['within_1_5_s']:.0%} of turns within 1.5 s;", end="")
         print_waterfall(r["calls"]["waterfall"], indent=" ")

@@ -29,7 +29,7 @@ from voicepipe.audio import to_pcm16
 from voicepipe.bench.barge_in_echo import INTERRUPTIONS, bench_barge_in
 from voicepipe.bench.engine_modes import percentile
 from voicepipe.bench.replay import spoken_at
-from voicepipe.bench.room import RATE, active_rms, at_snr, noise, overlay
+from voicepipe.bench.room import RATE, Room, active_rms, at_snr, noise, overlay
 from voicepipe.bench.room_cases import RoomCase
 from voicepipe.bench.speakerphone import Loudspeaker
 from voicepipe.bench.turn_set import espeak_audio
@@ -77,7 +77,8 @@ class SpeakerphoneCaller:
 
     def __init__(self, ws, case: RoomCase, reply_rms: float, voices: list[np.ndarray]) -> None:
         self.ws, self.case = ws, case
-        self.speaker = Loudspeaker(case.room, VOICE_RMS, reply_rms) if case.room else None
+        # Where the room has no echo path the caller wears headphones: they play the reply all the same.
+        self.speaker = Loudspeaker(case.room or Room(), VOICE_RMS, reply_rms)
         self.noise = caller_noise(case, voices)
         self.heard = Heard()
         self.sent = 0
@@ -102,7 +103,7 @@ class SpeakerphoneCaller:
             end = self.sent + FRAME
             mic = np.zeros(FRAME, np.float32)
             overlay(mic, self.sent, self._voice, self._voice_at)
-            if self.speaker is not None:
+            if self.case.room is not None:
                 mic += self.speaker.echo(end, FRAME)
                 self.heard.far.append(self.speaker.played[self.sent:end].copy())
             if self.noise is not None:
@@ -117,24 +118,20 @@ class SpeakerphoneCaller:
                 if self._awaiting_audio:
                     self.heard.first_audio.append(self.sent)
                     self._awaiting_audio = False
-                if self.speaker is not None:
-                    self.speaker.receive(np.frombuffer(message, "<i2"), self._rate, self.sent)
+                self.speaker.receive(np.frombuffer(message, "<i2"), self._rate, self.sent)
                 continue
             event = json.loads(message)
             self.heard.events.append((self.sent, event))
             if event["type"] == "response.audio.delta":
                 self._rate = event["sample_rate"]
-            elif event["type"] == "output_audio_buffer.cleared" and self.speaker is not None:
+            elif event["type"] == "output_audio_buffer.cleared":
                 self.speaker.clear(self.sent)
 
     async def into_audio(self, seconds: float, ahead_s: float = 0.5, timeout_s: float = 10.0) -> bool:
         """Until the loudspeaker has played `seconds` of reply audio on end and holds `ahead_s` more (a reply
         may be a phrase, over in under a second; an interruption there has nothing to stop, and one begun as the
-        phrase ends barges in after it); without one, the time alone. False where the reply never played so
-        long: there is nothing to interrupt."""
-        if self.speaker is None:
-            await asyncio.sleep(seconds)
-            return True
+        phrase ends barges in after it). False where the reply never played so long: there is nothing to
+        interrupt."""
         since, end = None, time.monotonic() + timeout_s
         while time.monotonic() < end:
             if not self.speaker.playing(self.sent):
