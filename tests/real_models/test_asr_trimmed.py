@@ -1,26 +1,14 @@
 """Whisper over trimmed windows: as accurate as the full 30 s pass, guarded against loops, and batched."""
 
-import re
-
 import numpy as np
 import pytest
 
 from voicepipe.audio import read_audio
 from voicepipe.backends import whisper_trimmed
 from voicepipe.backends.whisper_trimmed import compression_ratio, repeats
+from voicepipe.bench.room_bench import word_errors
 
 LOOP = "I have never failed," + " ever failed," * 12
-
-
-def word_errors(reference: str, heard: str) -> tuple[int, int]:
-    """(word edit distance, reference words), ignoring case and punctuation."""
-    ref, hyp = (re.findall(r"[a-z0-9']+", t.lower()) for t in (reference, heard))
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        diagonal, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (r != h))
-    return row[-1], len(ref)
 
 
 def wer(pairs: list[tuple[str, str]]) -> float:
