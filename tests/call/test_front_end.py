@@ -368,6 +368,45 @@ def test_the_speakerphone_echoes_what_it_played_after_the_rooms_delay_and_stops_
     assert not speaker.playing(2400) and np.abs(speaker.echo(12000, 4000)).max() < 10 * SELF_NOISE  # its hiss
 
 
+def test_a_phone_line_carries_the_voice_band_as_g711_a_chunk_at_a_time():
+    from voicepipe.bench.phone_line import PhoneLine, down_the_line
+
+    t = np.arange(RATE) / RATE
+    low, high = (np.float32(0.1) * np.sin(2 * np.pi * f * t).astype(np.float32) for f in (1000, 6000))
+
+    def level(x: np.ndarray) -> float:  # dB, past the filter's start
+        return 10 * np.log10(np.mean(np.square(x[1000:], dtype=np.float64)) + 1e-12)
+
+    assert abs(level(down_the_line(low, RATE)) - level(low)) < 1.0  # the voice's band passes
+    assert level(down_the_line(high, RATE)) < level(high) - 30  # above it, gone
+    line = PhoneLine(RATE)
+    chunked = np.concatenate([line.process(low[i:i + 320]) for i in range(0, RATE, 320)])
+    assert np.array_equal(chunked, down_the_line(low, RATE))  # the filter carries on across chunks
+    assert len(np.unique(chunked)) <= 256  # an 8-bit code a sample
+
+
+def test_over_a_phone_line_the_far_end_stays_as_sent_and_the_echo_never_barges_in():
+    """The speakerphone plays what the line delivered; the server's far end is the reply as it sent it, so
+    the canceller meets an echo through the line twice, and still keeps it from barging in."""
+    from voicepipe.bench.barge_in_echo import try_room
+
+    room = Room(delay_ms=100, rt60_s=0.2, echo_db=0.0, seed=2)
+    reply = (VOICE * 16000).astype(np.int16)
+    plain, phone = Loudspeaker(room, 0.1, 0.1), Loudspeaker(room, 0.1, 0.1, phone=True)
+    for speaker in (plain, phone):
+        speaker.receive(reply, RATE, at=0)
+    assert np.array_equal(phone.played, plain.played)
+    echoes = plain.echo(len(VOICE), len(VOICE)), phone.echo(len(VOICE), len(VOICE))
+    assert np.abs(echoes[0] - echoes[1]).max() > 0.01 * np.abs(echoes[0]).max()  # heard through the line
+
+    sentences = [VOICE[::-1][i:i + RATE] for i in range(0, len(VOICE) - RATE // 2, RATE // 2)]
+    reply_rms = active_rms(np.concatenate(sentences))
+    on = try_room(room, None, True, sentences, [VOICE], 0.05, reply_rms, n_replies=6, phone=True)
+    assert on["interruptions"] == 3 and on["missed"] == 0 and on["false_barge_ins_per_100_replies"] == 0
+    off = try_room(room, None, False, sentences, [VOICE], 0.05, reply_rms, n_replies=6, phone=True)
+    assert off["false_barge_ins_per_100_replies"] > 0
+
+
 def test_with_no_echo_path_a_caller_over_the_reply_is_kept_whole():
     """Headphones, or a client with its own canceller: the loudspeaker is never heard, and the canceller,
     which starts out assuming an echo, must not eat the caller's words."""

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from voicepipe.bench.engine_modes import percentile
+from voicepipe.bench.phone_line import PhoneLine
 from voicepipe.bench.room import RATE, Room, active_rms, overlay
 from voicepipe.bench.speakerphone import Loudspeaker
 from voicepipe.frontend.processing import AudioProcessing, NoiseReduction
@@ -60,12 +61,13 @@ def replies(sentences: list[np.ndarray], n: int) -> Iterator[np.ndarray]:
 
 def try_room(room: Room | None, noise: np.ndarray | None, front: bool, sentences: list[np.ndarray],
              voices: list[np.ndarray], voice_rms: float, reply_rms: float, n_replies: int = 40, seed: int = 0,
-             suppressor: NoiseReduction = "near_field") -> dict:
+             suppressor: NoiseReduction = "near_field", phone: bool = False) -> dict:
     """One stream of `n_replies` replies through `room` (None: the loudspeaker is not heard), with `noise`
-    (at its level in the microphone, looped) around the caller; the front end on is the canceller and
-    `suppressor`, off neither."""
+    (at its level in the microphone, looped) around the caller, over a phone line where `phone`; the front
+    end on is the canceller and `suppressor`, off neither."""
     rng = np.random.default_rng(seed)
-    speaker = Loudspeaker(room or Room(), voice_rms, reply_rms)
+    speaker = Loudspeaker(room or Room(), voice_rms, reply_rms, phone)
+    line = PhoneLine(RATE) if phone else None
     processing = AudioProcessing(echo=front, noise=suppressor if front else None)
     rule = BargeInRule()
     latencies: list[float | None] = []
@@ -86,6 +88,8 @@ def try_room(room: Room | None, noise: np.ndarray | None, front: bool, sentences
                 mic += noise[position % len(noise):][:FRAME]
             if onset is not None:
                 overlay(mic, position, voice, onset)
+            if line is not None:
+                mic = line.process(mic)
             far = speaker.played[position:position + FRAME]
             far = np.pad(far, (0, FRAME - len(far)))
             for at in rule.feed(processing.process(mic, far), processing.unsuppressed):
@@ -107,10 +111,11 @@ def try_room(room: Room | None, noise: np.ndarray | None, front: bool, sentences
             "false_barge_ins_per_100_replies": 100 * false_barge_ins / n_replies}
 
 
-def bench_barge_in(rooms: list[tuple[str, Room | None, np.ndarray | None]], sentences: list[np.ndarray],
+def bench_barge_in(rooms: list[tuple[str, Room | None, np.ndarray | None, bool]], sentences: list[np.ndarray],
                    voices: list[np.ndarray], voice_rms: float, reply_rms: float, n_replies: int = 40) -> dict:
-    """Every room with the front end on and off (off: nothing cancelled, as a call without it)."""
+    """Every room with the front end on and off (off: nothing cancelled, as a call without it); each
+    (name, room, noise, whether over a phone line)."""
     return {name: {"on" if front else "off": try_room(room, noise, front, sentences, voices, voice_rms, reply_rms,
-                                                      n_replies)
+                                                      n_replies, phone=phone)
                    for front in ((True, False) if room is not None or noise is not None else (True,))}
-            for name, room, noise in rooms}
+            for name, room, noise, phone in rooms}

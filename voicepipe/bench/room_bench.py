@@ -28,6 +28,7 @@ import websockets
 from voicepipe.audio import to_pcm16
 from voicepipe.bench.barge_in_echo import INTERRUPTIONS, bench_barge_in
 from voicepipe.bench.engine_modes import percentile
+from voicepipe.bench.phone_line import PhoneLine
 from voicepipe.bench.replay import spoken_at
 from voicepipe.bench.room import RATE, Room, active_rms, at_snr, noise, overlay
 from voicepipe.bench.room_cases import RoomCase
@@ -78,7 +79,8 @@ class SpeakerphoneCaller:
     def __init__(self, ws, case: RoomCase, reply_rms: float, voices: list[np.ndarray]) -> None:
         self.ws, self.case = ws, case
         # Where the room has no echo path the caller wears headphones: they play the reply all the same.
-        self.speaker = Loudspeaker(case.room or Room(), VOICE_RMS, reply_rms)
+        self.speaker = Loudspeaker(case.room or Room(), VOICE_RMS, reply_rms, case.phone)
+        self.line = PhoneLine(RATE) if case.phone else None  # what the caller's phone sends the server
         self.noise = caller_noise(case, voices)
         self.heard = Heard()
         self.sent = 0
@@ -108,6 +110,8 @@ class SpeakerphoneCaller:
                 self.heard.far.append(self.speaker.played[self.sent:end].copy())
             if self.noise is not None:
                 mic += self.noise[self.sent % len(self.noise):][:FRAME]
+            if self.line is not None:
+                mic = self.line.process(mic)
             self.heard.mic.append(mic)
             await self.ws.send(to_pcm16(mic).tobytes())
             self.sent = end
@@ -356,7 +360,7 @@ async def bench_room(runtime: Runtime, cases: list[RoomCase], reply_sentences: l
         await server.close()
     if tries:
         speakers = [espeak_audio(v, s) for v in ("en-us", "en-gb", "en+f3") for s in INTERRUPTIONS]
-        rooms = [(c.name, c.room, caller_noise(c, voices)) for c in cases]
+        rooms = [(c.name, c.room, caller_noise(c, voices), c.phone) for c in cases]
         report["barge_in"] = await asyncio.to_thread(bench_barge_in, rooms, reply_sentences, speakers, VOICE_RMS,
                                                      reply_rms, 2 * tries)
     return report

@@ -12,6 +12,7 @@ class RoomCase:
     room: Room | None = None  # None: no echo
     noise: str | None = None
     snr_db: float = 20.0
+    phone: bool = False  # the caller on a phone line: G.711 both ways (`bench.phone_line`)
 
 
 CASES = [
@@ -22,4 +23,6 @@ CASES = [
     RoomCase("pink noise, 10 dB SNR", noise="pink", snr_db=10.0),
     RoomCase("babble, 10 dB SNR", noise="babble", snr_db=10.0),
     RoomCase("echo -6 dB, 200 ms + pink 15 dB", Room(200, 0.45, -6.0, 4), "pink", 15.0),
+    RoomCase("phone speakerphone, echo +0 dB, 200 ms", Room(200, 0.4, 0.0, 5), phone=True),
+    RoomCase("phone, no echo", phone=True),
 ]

@@ -11,6 +11,7 @@ never sends digital silence.
 import numpy as np
 
 from voicepipe.audio import resample
+from voicepipe.bench.phone_line import down_the_line
 from voicepipe.bench.room import RATE, Room, active_rms
 
 SELF_NOISE = np.float32(10 ** (-70 / 20))  # the microphone's own noise, RMS: -70 dBFS
@@ -18,13 +19,16 @@ SELF_NOISE = np.float32(10 ** (-70 / 20))  # the microphone's own noise, RMS: -7
 
 class Loudspeaker:
     """`reply_rms`: the level the reply audio plays at (its voice's), so the echo comes back `room.echo_db`
-    from `voice_rms`, the caller's."""
+    from `voice_rms`, the caller's. On a phone line (`phone`) it plays what the line delivers of the reply
+    (`bench.phone_line`); `played` stays the reply as sent, the server's far end."""
 
-    def __init__(self, room: Room, voice_rms: float, reply_rms: float) -> None:
+    def __init__(self, room: Room, voice_rms: float, reply_rms: float, phone: bool = False) -> None:
         self.response = room.impulse_response()
         path_gain = float(np.sqrt(np.sum(np.square(self.response, dtype=np.float64))))
         self.gain = np.float32(voice_rms * 10 ** (room.echo_db / 20) / (reply_rms * path_gain))
         self.played = np.zeros(0, np.float32)
+        self._sounding = self.played  # what the loudspeaker sounds: `played`, or the line's of it
+        self._phone = phone
         self.queue_end = 0
         self._run: tuple[int, int, np.ndarray] | None = None  # the playing stream: its start, rate, audio so far
         self._size = 1 << int(np.ceil(np.log2(2 * len(self.response) + 2 * RATE)))  # FFT size for echo()
@@ -44,12 +48,17 @@ class Loudspeaker:
         end = start + len(played)
         if len(self.played) < end:
             self.played = np.concatenate([self.played, np.zeros(end - len(self.played), np.float32)])
+            self._sounding = np.concatenate([self._sounding, np.zeros(end - len(self._sounding), np.float32)]) \
+                if self._phone else self.played
         self.played[start:end] = played
+        if self._phone:
+            self._sounding[start:end] = down_the_line(played, RATE)
         self.queue_end = end
 
     def clear(self, at: int) -> None:
         """The queue is dropped at sample `at`."""
         self.played, self.queue_end, self._run = self.played[:at], at, None
+        self._sounding = self._sounding[:at] if self._phone else self.played
 
     def playing(self, at: int) -> bool:
         return self.queue_end > at
@@ -60,7 +69,7 @@ class Loudspeaker:
         span = len(self.response) + n
         window = np.zeros(span, np.float32)
         lo = max(0, end - span)
-        part = self.played[lo:min(end, len(self.played))]
+        part = self._sounding[lo:min(end, len(self._sounding))]
         window[span - (end - lo): span - (end - lo) + len(part)] = part
         heard = np.fft.irfft(np.fft.rfft(window, self._size) * self._spectrum, self._size)[span - n: span]
         hiss = np.resize(np.roll(self._hiss, -(end - n) % RATE), n)
