@@ -3,7 +3,8 @@ server with the default models, with the audio front end on and off.
 
 The caller (espeak-ng's voice, unlike the assistant's Piper voice) asks the questions one at a time. Its
 microphone hears its own voice, what its loudspeaker plays of the replies through the room
-(`voicepipe.bench.speakerphone`), and the room's noise; it sends all of that in real time. In one turn of
+(`voicepipe.bench.speakerphone`), and the room's noise; it sends all of that in real time (in the phone
+rooms through a G.711 line, which the reply also comes through: `voicepipe.bench.phone_line`). In one turn of
 each room it asks for a story and speaks over its reply a second into its audio (a real interruption).
 Reported per room: questions heard and their word error, replies, questions cut (a reply begun before the
 caller's last word: a premature end of turn), false barge-ins (the reply's audio cleared
