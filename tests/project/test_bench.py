@@ -156,7 +156,7 @@ def test_bench_room_interrupts_only_a_reply_still_playing_in_a_room_without_echo
         ticking = asyncio.create_task(clock())
         caller.speaker.receive(np.full(int(reply_s * 16000), 1000, np.int16), 16000, caller.sent)
         try:
-            return await caller.into_audio(1.0, timeout_s=2.5)
+            return await caller.into_audio(1.0, timeout_s=4.0)
         finally:
             ticking.cancel()
 
