@@ -64,6 +64,11 @@ PROVEN_DB = 20.0
 MEDIAN_DB = 15.0  # (asked of a filter taught by replays: with the 75th percentile alone, it was trusted with
 # a quarter of its frames at 5 dB, and the echo barged in)
 DOUBT_DB = 14.0
+# How much louder than the microphone the filter's output may come out and still be its to give. A caller over
+# the echo can stand louder alone than with it (their voice and the echo cancel in part within a frame): at
+# once louder (the rule as it was), a tenth of the first 300 ms of interruptions over the echo went to AEC3,
+# which takes the caller down, and they were heard late.
+WRONG = 10 ** (3.0 / 10)
 LOUD = 2.0  # far-end frames within 20 dB (in log10 of energy) of the loudest of the window
 FAR_ACTIVE = 160 * 1e-7
 FLOOR_FRAMES = 1000  # the microphone's last 10 s, for its noise floor
@@ -154,9 +159,9 @@ class LinearStage:
         else:
             out, filtered = self._echo.process(near, line), True
         before, after = float(np.dot(near, near)), float(np.dot(out, out))
-        # Louder out than in: it subtracted an echo that was not there (a filter still learning the delay,
+        # Well louder out than in: it subtracted an echo that was not there (a filter still learning the delay,
         # or one that learnt another room); the frame is not its to give.
-        self.wrong = after > before
+        self.wrong = after > before * WRONG
         if self.wrong:
             out, after = near, before
         self.removed = removed_db(before, after)
