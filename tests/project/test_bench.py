@@ -154,7 +154,7 @@ def test_bench_room_interrupts_only_a_reply_still_playing_in_a_room_without_echo
                 caller.sent += FRAME
 
         ticking = asyncio.create_task(clock())
-        caller.speaker.receive(np.full(int(reply_s * 16000), 1000, np.int16), 16000, caller.sent)
+        caller.speaker.receive(np.full(int(reply_s * RATE), 1000, np.int16), RATE, caller.sent)
         try:
             return await caller.into_audio(1.0, timeout_s=4.0)
         finally:

@@ -27,8 +27,7 @@ class Loudspeaker:
         path_gain = float(np.sqrt(np.sum(np.square(self.response, dtype=np.float64))))
         self.gain = np.float32(voice_rms * 10 ** (room.echo_db / 20) / (reply_rms * path_gain))
         self.played = np.zeros(0, np.float32)
-        self._sounding = self.played  # what the loudspeaker sounds: `played`, or the line's of it
-        self._phone = phone
+        self._line = np.zeros(0, np.float32) if phone else None  # what the line delivered of `played`
         self.queue_end = 0
         self._run: tuple[int, int, np.ndarray] | None = None  # the playing stream: its start, rate, audio so far
         self._size = 1 << int(np.ceil(np.log2(2 * len(self.response) + 2 * RATE)))  # FFT size for echo()
@@ -45,20 +44,16 @@ class Loudspeaker:
             self._run = (self._run[0], rate, np.concatenate([self._run[2], audio]))
         start, _, heard = self._run
         played = resample(heard, rate, RATE)
-        end = start + len(played)
-        if len(self.played) < end:
-            self.played = np.concatenate([self.played, np.zeros(end - len(self.played), np.float32)])
-            self._sounding = np.concatenate([self._sounding, np.zeros(end - len(self._sounding), np.float32)]) \
-                if self._phone else self.played
-        self.played[start:end] = played
-        if self._phone:
-            self._sounding[start:end] = down_the_line(played, RATE)
-        self.queue_end = end
+        self.played = placed(self.played, start, played)
+        if self._line is not None:
+            self._line = placed(self._line, start, down_the_line(played, RATE))
+        self.queue_end = start + len(played)
 
     def clear(self, at: int) -> None:
         """The queue is dropped at sample `at`."""
         self.played, self.queue_end, self._run = self.played[:at], at, None
-        self._sounding = self._sounding[:at] if self._phone else self.played
+        if self._line is not None:
+            self._line = self._line[:at]
 
     def playing(self, at: int) -> bool:
         return self.queue_end > at
@@ -69,11 +64,21 @@ class Loudspeaker:
         span = len(self.response) + n
         window = np.zeros(span, np.float32)
         lo = max(0, end - span)
-        part = self._sounding[lo:min(end, len(self._sounding))]
+        sounding = self.played if self._line is None else self._line
+        part = sounding[lo:min(end, len(sounding))]
         window[span - (end - lo): span - (end - lo) + len(part)] = part
         heard = np.fft.irfft(np.fft.rfft(window, self._size) * self._spectrum, self._size)[span - n: span]
         hiss = np.resize(np.roll(self._hiss, -(end - n) % RATE), n)
         return heard.astype(np.float32) * self.gain + hiss
+
+
+def placed(stream: np.ndarray, start: int, audio: np.ndarray) -> np.ndarray:
+    """`stream` with `audio` written from `start`, grown with silence where it ends before it."""
+    end = start + len(audio)
+    if len(stream) < end:
+        stream = np.concatenate([stream, np.zeros(end - len(stream), np.float32)])
+    stream[start:end] = audio
+    return stream
 
 
 def reply_level(samples: list[np.ndarray]) -> float:
